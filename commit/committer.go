@@ -1,0 +1,227 @@
+package commit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/codec"
+	"github.com/apache/iceberg-go/table"
+)
+
+// Snapshot summary properties a commit carries.
+const (
+	PropSinkID        = "icesink.sink-id"
+	PropEpoch         = "icesink.epoch"
+	PropInputPosition = "icesink.input-position"
+)
+
+// TableLoader loads a table's current metadata from its catalog; every
+// iceberg-go catalog is one.
+type TableLoader interface {
+	LoadTable(ctx context.Context, ident table.Identifier) (*table.Table, error)
+}
+
+// Committer commits window payloads to one table, one RowDelta snapshot per
+// epoch, at most once per (sink id, epoch). It is not safe for concurrent
+// use.
+type Committer struct {
+	loader     TableLoader
+	ident      table.Identifier
+	sinkID     string
+	tbl        *table.Table
+	maxRetries int
+}
+
+// Committed describes the newest snapshot a sink committed.
+type Committed struct {
+	Epoch      uint64
+	SnapshotID int64
+	Properties iceberg.Properties
+}
+
+// NewCommitter returns a committer for sink sinkID on the table ident.
+func NewCommitter(ctx context.Context, loader TableLoader, ident table.Identifier, sinkID string) (*Committer, error) {
+	if sinkID == "" {
+		return nil, errors.New("commit: empty sink id")
+	}
+	tbl, err := loader.LoadTable(ctx, ident)
+	if err != nil {
+		return nil, fmt.Errorf("commit: loading table %v: %w", ident, err)
+	}
+	return &Committer{loader: loader, ident: ident, sinkID: sinkID, tbl: tbl, maxRetries: 8}, nil
+}
+
+// Table returns the committer's latest view of the table.
+func (c *Committer) Table() *table.Table { return c.tbl }
+
+// Refresh reloads the table from the catalog.
+func (c *Committer) Refresh(ctx context.Context) error {
+	tbl, err := c.loader.LoadTable(ctx, c.ident)
+	if err != nil {
+		return fmt.Errorf("commit: reloading table %v: %w", c.ident, err)
+	}
+	c.tbl = tbl
+	return nil
+}
+
+// Last returns the newest snapshot of the table's main-branch ancestry that
+// this sink committed; ok is false when it committed none.
+func (c *Committer) Last() (Committed, bool) {
+	return lastCommitted(c.tbl, c.sinkID)
+}
+
+func lastCommitted(tbl *table.Table, sinkID string) (Committed, bool) {
+	cur := tbl.CurrentSnapshot()
+	if cur == nil {
+		return Committed{}, false
+	}
+	meta := tbl.Metadata()
+	for _, s := range table.AncestorsOf(cur.SnapshotID, meta.SnapshotByID) {
+		if s.Summary == nil || s.Summary.Properties[PropSinkID] != sinkID {
+			continue
+		}
+		e, err := strconv.ParseUint(s.Summary.Properties[PropEpoch], 10, 64)
+		if err != nil {
+			continue
+		}
+		return Committed{Epoch: e, SnapshotID: s.SnapshotID, Properties: s.Summary.Properties}, true
+	}
+	return Committed{}, false
+}
+
+// Result is the outcome of one Commit.
+type Result struct {
+	// SnapshotID is the snapshot holding the epoch.
+	SnapshotID int64
+	// AlreadyCommitted reports that the epoch was found in the table and
+	// nothing was committed now.
+	AlreadyCommitted bool
+	// Empty reports that the payloads held no file, so no snapshot was made.
+	Empty bool
+	// Retries is how many times the commit was retried on a moved branch.
+	Retries int
+}
+
+// Commit commits the payloads of epoch as one RowDelta snapshot whose
+// summary carries the sink id, the epoch and props. If the table's ancestry
+// already holds an epoch >= epoch of this sink, nothing is committed
+// (AlreadyCommitted). When the catalog reports that the branch moved, the
+// table is refreshed and the same files are committed again, bounded, with
+// backoff; any other error is returned as is, since the commit may have
+// landed and only a lookup can tell.
+func (c *Committer) Commit(ctx context.Context, epoch uint64, payloads []Payload, props map[string]string) (Result, error) {
+	var res Result
+	nfiles := 0
+	for i := range payloads {
+		if payloads[i].SinkID != "" && payloads[i].SinkID != c.sinkID {
+			return res, fmt.Errorf("commit: epoch %d: payload of sink %q given to the committer of sink %q", epoch, payloads[i].SinkID, c.sinkID)
+		}
+		nfiles += len(payloads[i].Files)
+	}
+	if nfiles == 0 {
+		res.Empty = true
+		return res, nil
+	}
+	for attempt := 0; ; attempt++ {
+		if last, ok := c.Last(); ok && last.Epoch >= epoch {
+			res.AlreadyCommitted = last.Epoch == epoch
+			res.SnapshotID = last.SnapshotID
+			if last.Epoch > epoch {
+				return res, fmt.Errorf("commit: epoch %d: the table already holds the later epoch %d of sink %q", epoch, last.Epoch, c.sinkID)
+			}
+			return res, nil
+		}
+		tbl, err := c.commitOnce(ctx, epoch, payloads, props)
+		if err == nil {
+			c.tbl = tbl
+			res.SnapshotID = tbl.CurrentSnapshot().SnapshotID
+			return res, nil
+		}
+		if !errors.Is(err, table.ErrCommitFailed) || attempt >= c.maxRetries {
+			return res, fmt.Errorf("commit: epoch %d of sink %q: %w", epoch, c.sinkID, err)
+		}
+		res.Retries++
+		backoff := time.Duration(10<<min(attempt, 6)) * time.Millisecond
+		backoff += rand.N(backoff)
+		select {
+		case <-ctx.Done():
+			return res, fmt.Errorf("commit: epoch %d: %w", epoch, ctx.Err())
+		case <-time.After(backoff):
+		}
+		if err := c.Refresh(ctx); err != nil {
+			return res, err
+		}
+	}
+}
+
+func (c *Committer) commitOnce(ctx context.Context, epoch uint64, payloads []Payload, props map[string]string) (*table.Table, error) {
+	meta := c.tbl.Metadata()
+	summary := iceberg.Properties{}
+	for k, v := range props {
+		summary[k] = v
+	}
+	summary[PropSinkID] = c.sinkID
+	summary[PropEpoch] = strconv.FormatUint(epoch, 10)
+
+	tx := c.tbl.NewTransaction()
+	rd := tx.NewRowDelta(summary)
+	for i := range payloads {
+		p := &payloads[i]
+		schema, spec, err := payloadSchema(meta, p)
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range p.Files {
+			df, err := codec.DecodeDataFile(f.Entry, *spec, schema, p.FormatVersion)
+			if err != nil {
+				return nil, fmt.Errorf("decoding manifest entry of %s: %w", f.Path, err)
+			}
+			if df.FilePath() != f.Path {
+				return nil, fmt.Errorf("manifest entry of %s names %s", f.Path, df.FilePath())
+			}
+			if f.Kind == DataFile {
+				rd.AddRows(df)
+			} else {
+				rd.AddDeletes(df)
+			}
+		}
+	}
+	if err := rd.Commit(ctx); err != nil {
+		return nil, err
+	}
+	return tx.Commit(ctx)
+}
+
+func payloadSchema(meta table.Metadata, p *Payload) (*iceberg.Schema, *iceberg.PartitionSpec, error) {
+	var schema *iceberg.Schema
+	for _, s := range meta.Schemas() {
+		if s.ID == p.SchemaID {
+			schema = s
+		}
+	}
+	if schema == nil {
+		return nil, nil, fmt.Errorf("payload of writer %d names schema %d, which the table does not have", p.Writer, p.SchemaID)
+	}
+	spec := meta.PartitionSpecByID(p.SpecID)
+	if spec == nil {
+		return nil, nil, fmt.Errorf("payload of writer %d names partition spec %d, which the table does not have", p.Writer, p.SpecID)
+	}
+	if p.FormatVersion != meta.Version() {
+		return nil, nil, fmt.Errorf("payload of writer %d was written for format version %d, the table is at %d", p.Writer, p.FormatVersion, meta.Version())
+	}
+	return schema, spec, nil
+}
+
+// EncodeEntry encodes df as a File's Entry for table metadata meta.
+func EncodeEntry(df iceberg.DataFile, spec iceberg.PartitionSpec, schema *iceberg.Schema, formatVersion int) ([]byte, error) {
+	b, err := codec.EncodeDataFile(df, spec, schema, formatVersion)
+	if err != nil {
+		return nil, fmt.Errorf("commit: encoding manifest entry of %s: %w", df.FilePath(), err)
+	}
+	return b, nil
+}

@@ -1,0 +1,616 @@
+package deltawriter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/metadata"
+	"github.com/apache/iceberg-go"
+	iceio "github.com/apache/iceberg-go/io"
+	"github.com/apache/iceberg-go/table"
+	"github.com/google/uuid"
+
+	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/dedup"
+)
+
+// Mode says how inserts are trusted.
+type Mode uint8
+
+const (
+	// Upsert: +I and +U replace whatever row the key has, in this window or
+	// in an earlier snapshot (one equality delete on the key's first touch
+	// in a window).
+	Upsert Mode = iota
+	// Changelog: the stream is trusted to send -U/-D before a +U/+I of an
+	// existing key, so inserts write no equality delete.
+	Changelog
+)
+
+// ParseMode parses "upsert" or "changelog".
+func ParseMode(s string) (Mode, error) {
+	switch s {
+	case "upsert", "":
+		return Upsert, nil
+	case "changelog":
+		return Changelog, nil
+	}
+	return 0, fmt.Errorf("unknown mode %q (want upsert or changelog)", s)
+}
+
+// Options configure a Writer. Zero values take the defaults.
+type Options struct {
+	// Mode is how inserts are trusted. Default Upsert.
+	Mode Mode
+	// SinkID names the sink in file names and commit payloads. Default "icesink".
+	SinkID string
+	// Writer is this writer's index among the sink's parallel writers.
+	Writer int
+	// TargetFileSize is the data-file size at which a new file starts.
+	// Default: the table's write.target-file-size-bytes, else 512 MiB.
+	TargetFileSize int64
+	// BatchRows is the number of rows buffered in Arrow builders before
+	// they go to the Parquet writer. Default 8192.
+	BatchRows int
+	// RowGroupBytes bounds a buffered Parquet row group. Default 64 MiB.
+	RowGroupBytes int64
+	// DeleteBufferRows bounds each buffered delete kind (rows) before it
+	// is written as a file. Default 4M position deletes / 1M equality deletes.
+	DeleteBufferRows int
+	// Index configures the inserted-row index.
+	Index dedup.Options
+}
+
+func (o Options) withDefaults(props iceberg.Properties) Options {
+	if o.SinkID == "" {
+		o.SinkID = "icesink"
+	}
+	if o.TargetFileSize <= 0 {
+		o.TargetFileSize = int64(props.GetInt(table.WriteTargetFileSizeBytesKey, 512<<20))
+	}
+	if o.BatchRows <= 0 {
+		o.BatchRows = 8192
+	}
+	if o.RowGroupBytes <= 0 {
+		o.RowGroupBytes = 64 << 20
+	}
+	if o.DeleteBufferRows <= 0 {
+		o.DeleteBufferRows = 4 << 20
+	}
+	return o
+}
+
+// ErrBadChange marks a change that does not fit the table; the writer is
+// still usable after it (nothing of the change was written).
+var ErrBadChange = errors.New("bad change")
+
+// Stats are the writer's counters since it was created.
+type Stats struct {
+	Changes            int64
+	DataFiles          int
+	DataRows           int64
+	PositionDeleteFile int
+	PositionDeletes    int64
+	EqualityDeleteFile int
+	EqualityDeletes    int64
+	Commits            int
+	Index              dedup.Stats
+}
+
+// Writer is one writer's commit window over a table. It is not safe for
+// concurrent use. After an I/O error every call returns that error until
+// Abort.
+type Writer struct {
+	opts      Options
+	schema    *iceberg.Schema
+	spec      iceberg.PartitionSpec
+	props     iceberg.Properties
+	version   int
+	fs        iceio.WriteFileIO
+	locs      table.LocationProvider
+	keys      *KeyCodec
+	check     rowChecker
+	part      *partitioner
+	arrow     *arrow.Schema
+	eqSchema  *iceberg.Schema
+	eqArrow   *arrow.Schema
+	dataProps *parquet.WriterProperties
+	eqProps   *parquet.WriterProperties
+	posProps  *parquet.WriterProperties
+	index     *dedup.Index
+
+	window  string // unique id of the window, part of file names
+	lanes   map[string]*lane
+	single  *lane // the lane of an unpartitioned table
+	files   []*fileInfo
+	done    []commit.File
+	seq     int
+	keyBuf  []byte
+	partBuf []byte
+	err     error
+	stats   Stats
+}
+
+// fileInfo is a data file of the window, by ordinal.
+type fileInfo struct {
+	path string
+	lane *lane
+}
+
+// lane is one partition's open data file and delete buffers.
+type lane struct {
+	path      string // partition path, "" when unpartitioned
+	values    map[int]any
+	data      *parquetFile
+	dataOrd   uint32
+	posDel    []uint64 // file ordinal << 32 | pos
+	eq        *parquetFile
+	eqPending int64
+}
+
+// New returns a writer for tbl. It fails when the table cannot take
+// upserts: no identifier fields, a key type Iceberg does not allow, a
+// partition source column that is not a key column, a format version below 2.
+func New(ctx context.Context, tbl *table.Table, opts Options) (*Writer, error) {
+	meta := tbl.Metadata()
+	if meta.Version() < 2 {
+		return nil, fmt.Errorf("deltawriter: table %v has format version %d; row-level deletes need version 2 or later", tbl.Identifier(), meta.Version())
+	}
+	schema := tbl.Schema()
+	keys, err := NewKeyCodec(schema)
+	if err != nil {
+		return nil, fmt.Errorf("deltawriter: table %v: %w", tbl.Identifier(), err)
+	}
+	part, err := newPartitioner(schema, tbl.Spec())
+	if err != nil {
+		return nil, fmt.Errorf("deltawriter: table %v: %w", tbl.Identifier(), err)
+	}
+	fsys, err := tbl.FS(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("deltawriter: table %v: %w", tbl.Identifier(), err)
+	}
+	wfs, ok := fsys.(iceio.WriteFileIO)
+	if !ok {
+		return nil, fmt.Errorf("deltawriter: table %v: its file IO cannot write", tbl.Identifier())
+	}
+	locs, err := tbl.LocationProvider()
+	if err != nil {
+		return nil, fmt.Errorf("deltawriter: table %v: %w", tbl.Identifier(), err)
+	}
+	asc, err := table.SchemaToArrowSchema(schema, nil, true, false)
+	if err != nil {
+		return nil, fmt.Errorf("deltawriter: table %v: %w", tbl.Identifier(), err)
+	}
+	var keyNames []string
+	for _, c := range keys.Columns() {
+		keyNames = append(keyNames, schema.Field(c).Name)
+	}
+	eqSchema, err := schema.Select(true, keyNames...)
+	if err != nil {
+		return nil, fmt.Errorf("deltawriter: table %v: key schema: %w", tbl.Identifier(), err)
+	}
+	eqArrow, err := table.SchemaToArrowSchema(eqSchema, nil, true, false)
+	if err != nil {
+		return nil, fmt.Errorf("deltawriter: table %v: %w", tbl.Identifier(), err)
+	}
+	props := tbl.Properties()
+	opts = opts.withDefaults(props)
+	index, err := dedup.New(opts.Index)
+	if err != nil {
+		return nil, err
+	}
+	w := &Writer{
+		opts:      opts,
+		schema:    schema,
+		spec:      tbl.Spec(),
+		props:     props,
+		version:   meta.Version(),
+		fs:        wfs,
+		locs:      locs,
+		keys:      keys,
+		check:     rowChecker{fields: schema.Fields()},
+		part:      part,
+		arrow:     asc,
+		eqSchema:  eqSchema,
+		eqArrow:   eqArrow,
+		dataProps: WriterProperties(props, asc),
+		eqProps:   WriterProperties(props, eqArrow),
+		posProps:  WriterProperties(props, table.PositionalDeleteArrowSchema),
+		index:     index,
+	}
+	w.resetWindow()
+	return w, nil
+}
+
+func (w *Writer) resetWindow() {
+	w.window = uuid.NewString()
+	w.lanes = map[string]*lane{}
+	w.single = nil
+	w.files = nil
+	w.done = nil
+	w.seq = 0
+}
+
+// Stats returns the writer's counters.
+func (w *Writer) Stats() Stats {
+	s := w.stats
+	s.Index = w.index.Stats()
+	return s
+}
+
+// Err returns the writer's sticky error, if any.
+func (w *Writer) Err() error { return w.err }
+
+func (w *Writer) fail(err error) error {
+	if w.err == nil {
+		w.err = err
+	}
+	return err
+}
+
+// Write applies one change to the window. A change that does not fit the
+// table returns an error wrapping ErrBadChange and writes nothing.
+func (w *Writer) Write(ctx context.Context, ch Change) error {
+	if w.err != nil {
+		return w.err
+	}
+	key, err := w.keys.Append(w.keyBuf[:0], ch.Row)
+	w.keyBuf = key
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBadChange, err)
+	}
+	insert := false
+	switch ch.Op {
+	case Insert, UpdateAfter:
+		insert = true
+		if err := w.check.check(ch.Row); err != nil {
+			return fmt.Errorf("%w: %w", ErrBadChange, err)
+		}
+	case Delete, UpdateBefore:
+	default:
+		return fmt.Errorf("%w: unknown op %v", ErrBadChange, ch.Op)
+	}
+	ln, err := w.laneOf(ch.Row)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBadChange, err)
+	}
+	w.stats.Changes++
+	h := Hash(key)
+	st, found, err := w.index.Get(h, key)
+	if err != nil {
+		return w.fail(fmt.Errorf("deltawriter: index lookup: %w", err))
+	}
+	if found && st.HasRow {
+		// The key's live row was written in this window: only a position
+		// delete can remove it (an equality delete would not apply).
+		if err := w.positionDelete(st.Row); err != nil {
+			return w.fail(err)
+		}
+		st.HasRow = false
+	} else if !st.EqDeleted && (!insert || w.opts.Mode == Upsert) {
+		// The key's row, if any, is in an earlier snapshot.
+		if err := w.equalityDelete(ln, ch.Row); err != nil {
+			return w.fail(err)
+		}
+		st.EqDeleted = true
+	}
+	if insert {
+		ref, err := w.appendRow(ln, ch.Row)
+		if err != nil {
+			return w.fail(err)
+		}
+		st.Row, st.HasRow = ref, true
+	}
+	if err := w.index.Put(h, key, st); err != nil {
+		return w.fail(fmt.Errorf("deltawriter: index: %w", err))
+	}
+	return nil
+}
+
+func (w *Writer) laneOf(row []any) (*lane, error) {
+	if w.part == nil {
+		if w.single == nil {
+			w.single = &lane{}
+			w.lanes[""] = w.single
+		}
+		return w.single, nil
+	}
+	lk, vals, path, err := w.part.partitionOf(row, w.partBuf)
+	if err != nil {
+		return nil, err
+	}
+	if ln, ok := w.lanes[lk]; ok {
+		return ln, nil
+	}
+	ln := &lane{path: path, values: vals}
+	w.lanes[lk] = ln
+	return ln, nil
+}
+
+func (w *Writer) newPath(ln *lane, kind string) string {
+	w.seq++
+	name := fmt.Sprintf("%s-%03d-%s-%s-%06d.parquet", w.opts.SinkID, w.opts.Writer, w.window, kind, w.seq)
+	if ln.path != "" {
+		name = ln.path + "/" + name
+	}
+	return w.locs.NewDataLocation(name)
+}
+
+func (w *Writer) appendRow(ln *lane, row []any) (dedup.Ref, error) {
+	if ln.data == nil {
+		if len(w.files) > dedup.MaxFile {
+			return dedup.Ref{}, fmt.Errorf("deltawriter: window has %d data files, the most it can hold", len(w.files))
+		}
+		path := w.newPath(ln, "data")
+		f, err := createParquetFile(w.fs, path, w.arrow, w.dataProps, w.opts.BatchRows, w.opts.RowGroupBytes)
+		if err != nil {
+			return dedup.Ref{}, fmt.Errorf("deltawriter: %w", err)
+		}
+		ln.data = f
+		ln.dataOrd = uint32(len(w.files))
+		w.files = append(w.files, &fileInfo{path: path, lane: ln})
+	}
+	pos, err := ln.data.appendRow(row, nil)
+	if err != nil {
+		return dedup.Ref{}, fmt.Errorf("deltawriter: %w", err)
+	}
+	ref := dedup.Ref{File: ln.dataOrd, Pos: uint32(pos)}
+	if ln.data.rows >= 1<<32-1 || ln.data.size() >= w.opts.TargetFileSize {
+		if err := w.closeData(ln); err != nil {
+			return ref, err
+		}
+	}
+	return ref, nil
+}
+
+func (w *Writer) positionDelete(ref dedup.Ref) error {
+	ln := w.files[ref.File].lane
+	ln.posDel = append(ln.posDel, uint64(ref.File)<<32|uint64(ref.Pos))
+	if len(ln.posDel) >= w.opts.DeleteBufferRows {
+		return w.flushPositionDeletes(ln)
+	}
+	return nil
+}
+
+func (w *Writer) equalityDelete(ln *lane, row []any) error {
+	if ln.eq == nil {
+		f, err := createParquetFile(w.fs, w.newPath(ln, "eq"), w.eqArrow, w.eqProps, w.opts.BatchRows, w.opts.RowGroupBytes)
+		if err != nil {
+			return fmt.Errorf("deltawriter: %w", err)
+		}
+		ln.eq = f
+	}
+	if _, err := ln.eq.appendRow(row, w.keys.Columns()); err != nil {
+		return fmt.Errorf("deltawriter: %w", err)
+	}
+	if ln.eq.rows >= int64(w.opts.DeleteBufferRows)/4 || ln.eq.size() >= w.opts.TargetFileSize {
+		return w.closeEq(ln)
+	}
+	return nil
+}
+
+// finish turns a closed file into a commit.File of the window.
+func (w *Writer) finish(ln *lane, kind commit.FileKind, path string, md *metadata.FileMetaData, size int64, schema *iceberg.Schema) error {
+	args := table.DataFileArgs{
+		Schema:          schema,
+		Spec:            w.spec,
+		Format:          iceberg.ParquetFile,
+		Metadata:        md,
+		FilePath:        path,
+		FileSize:        size,
+		PartitionValues: ln.values,
+		Properties:      w.props,
+		FormatVersion:   w.version,
+	}
+	switch kind {
+	case commit.DataFile:
+		args.Content = iceberg.EntryContentData
+	case commit.EqualityDeleteFile:
+		args.Content = iceberg.EntryContentEqDeletes
+		args.EqualityFieldIDs = w.schema.IdentifierFieldIDs
+	case commit.PositionDeleteFile:
+		args.Content = iceberg.EntryContentPosDeletes
+	}
+	df, err := table.DataFileFromMetadata(args)
+	if err != nil {
+		return fmt.Errorf("deltawriter: describing %s: %w", path, err)
+	}
+	entry, err := commit.EncodeEntry(df, w.spec, w.schema, w.version)
+	if err != nil {
+		return err
+	}
+	w.done = append(w.done, commit.File{Kind: kind, Path: path, Rows: md.NumRows, Bytes: size, Entry: entry})
+	switch kind {
+	case commit.DataFile:
+		w.stats.DataFiles++
+		w.stats.DataRows += md.NumRows
+	case commit.EqualityDeleteFile:
+		w.stats.EqualityDeleteFile++
+		w.stats.EqualityDeletes += md.NumRows
+	case commit.PositionDeleteFile:
+		w.stats.PositionDeleteFile++
+		w.stats.PositionDeletes += md.NumRows
+	}
+	return nil
+}
+
+func (w *Writer) closeData(ln *lane) error {
+	f := ln.data
+	ln.data = nil
+	md, size, err := f.close()
+	if err != nil {
+		return fmt.Errorf("deltawriter: %w", err)
+	}
+	return w.finish(ln, commit.DataFile, f.path, md, size, w.schema)
+}
+
+func (w *Writer) closeEq(ln *lane) error {
+	f := ln.eq
+	ln.eq = nil
+	md, size, err := f.close()
+	if err != nil {
+		return fmt.Errorf("deltawriter: %w", err)
+	}
+	return w.finish(ln, commit.EqualityDeleteFile, f.path, md, size, w.eqSchema)
+}
+
+// flushPositionDeletes writes the lane's buffered position deletes as one
+// file sorted by (file_path, pos), file_path being exactly the path the
+// data file is recorded under.
+func (w *Writer) flushPositionDeletes(ln *lane) error {
+	if len(ln.posDel) == 0 {
+		return nil
+	}
+	// Rank the window's files by path so that sorting (rank, pos) as one
+	// integer sorts by (file_path, pos).
+	ords := make([]uint32, len(w.files))
+	for i := range ords {
+		ords[i] = uint32(i)
+	}
+	slices.SortFunc(ords, func(a, b uint32) int { return strings.Compare(w.files[a].path, w.files[b].path) })
+	rank := make([]uint32, len(w.files))
+	for r, o := range ords {
+		rank[o] = uint32(r)
+	}
+	for i, d := range ln.posDel {
+		ln.posDel[i] = uint64(rank[d>>32])<<32 | d&(1<<32-1)
+	}
+	slices.Sort(ln.posDel)
+	path := w.newPath(ln, "pos")
+	f, err := createParquetFile(w.fs, path, table.PositionalDeleteArrowSchema, w.posProps, w.opts.BatchRows, w.opts.RowGroupBytes)
+	if err != nil {
+		return fmt.Errorf("deltawriter: %w", err)
+	}
+	row := make([]any, 2)
+	for _, d := range ln.posDel {
+		row[0] = w.files[ords[d>>32]].path
+		row[1] = int64(d & (1<<32 - 1))
+		if _, err := f.appendRow(row, nil); err != nil {
+			f.abort(w.fs)
+			return fmt.Errorf("deltawriter: %w", err)
+		}
+	}
+	ln.posDel = ln.posDel[:0]
+	md, size, err := f.close()
+	if err != nil {
+		_ = w.fs.Remove(path)
+		return fmt.Errorf("deltawriter: %w", err)
+	}
+	return w.finish(ln, commit.PositionDeleteFile, path, md, size, iceberg.PositionalDeleteSchema)
+}
+
+// Flush closes the open data files early; the next row starts new ones.
+func (w *Writer) Flush(ctx context.Context) error {
+	if w.err != nil {
+		return w.err
+	}
+	for _, ln := range w.lanes {
+		if ln.data != nil {
+			if err := w.closeData(ln); err != nil {
+				return w.fail(err)
+			}
+		}
+	}
+	return nil
+}
+
+// BufferedBytes estimates the bytes the window holds in memory.
+func (w *Writer) BufferedBytes() int64 {
+	n := w.index.MemoryBytes()
+	for _, ln := range w.lanes {
+		n += int64(cap(ln.posDel)) * 8
+		if ln.data != nil {
+			n += ln.data.bufferedBytes()
+		}
+		if ln.eq != nil {
+			n += ln.eq.bufferedBytes()
+		}
+	}
+	return n
+}
+
+// PrepareCommit finishes every file of the window and returns them as a
+// payload; the window is reset, the next Write opens a new one. The files
+// stay on storage: committing them is the caller's (or the
+// coordinator's), removing them on failure is Discard's.
+func (w *Writer) PrepareCommit(ctx context.Context) (commit.Payload, error) {
+	if w.err != nil {
+		return commit.Payload{}, w.err
+	}
+	lanes := make([]*lane, 0, len(w.lanes))
+	for _, ln := range w.lanes {
+		lanes = append(lanes, ln)
+	}
+	slices.SortFunc(lanes, func(a, b *lane) int { return strings.Compare(a.path, b.path) })
+	for _, ln := range lanes {
+		if ln.data != nil {
+			if err := w.closeData(ln); err != nil {
+				return commit.Payload{}, w.fail(err)
+			}
+		}
+		if ln.eq != nil {
+			if err := w.closeEq(ln); err != nil {
+				return commit.Payload{}, w.fail(err)
+			}
+		}
+		if err := w.flushPositionDeletes(ln); err != nil {
+			return commit.Payload{}, w.fail(err)
+		}
+	}
+	p := commit.Payload{
+		Version:       commit.PayloadVersion,
+		SinkID:        w.opts.SinkID,
+		Writer:        w.opts.Writer,
+		SchemaID:      w.schema.ID,
+		SpecID:        w.spec.ID(),
+		FormatVersion: w.version,
+		Files:         w.done,
+	}
+	if err := w.index.Reset(); err != nil {
+		return commit.Payload{}, w.fail(fmt.Errorf("deltawriter: resetting the index: %w", err))
+	}
+	w.stats.Commits++
+	w.resetWindow()
+	return p, nil
+}
+
+// Abort drops the current window: its open and finished files are removed
+// and the index is reset. The writer is usable again afterwards.
+func (w *Writer) Abort(ctx context.Context) error {
+	var errs []error
+	for _, ln := range w.lanes {
+		if ln.data != nil {
+			ln.data.abort(w.fs)
+		}
+		if ln.eq != nil {
+			ln.eq.abort(w.fs)
+		}
+	}
+	errs = append(errs, w.Discard(ctx, commit.Payload{Files: w.done}))
+	errs = append(errs, w.index.Reset())
+	w.resetWindow()
+	w.err = nil
+	return errors.Join(errs...)
+}
+
+// Discard removes the files of a payload that will not be committed.
+func (w *Writer) Discard(ctx context.Context, p commit.Payload) error {
+	var errs []error
+	for _, f := range p.Files {
+		if err := w.fs.Remove(f.Path); err != nil {
+			errs = append(errs, fmt.Errorf("deltawriter: removing %s: %w", f.Path, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close aborts the open window and releases the writer.
+func (w *Writer) Close(ctx context.Context) error {
+	err := w.Abort(ctx)
+	return errors.Join(err, w.index.Close())
+}

@@ -1,0 +1,101 @@
+package warehouse
+
+import (
+	"context"
+	"fmt"
+	"iter"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/extensions"
+	"github.com/apache/iceberg-go/table"
+)
+
+// Rows reads the table's live rows through iceberg-go's scanner (deletes
+// applied) and yields each as one value per schema field, typed as
+// deltawriter.Change documents. A row is only valid during its iteration.
+func Rows(ctx context.Context, tbl *table.Table) iter.Seq2[[]any, error] {
+	return func(yield func([]any, error) bool) {
+		if tbl.CurrentSnapshot() == nil {
+			return
+		}
+		fields := tbl.Schema().Fields()
+		_, recs, err := tbl.Scan().ToArrowRecords(ctx)
+		if err != nil {
+			yield(nil, fmt.Errorf("scanning %v: %w", tbl.Identifier(), err))
+			return
+		}
+		row := make([]any, len(fields))
+		for rec, err := range recs {
+			if err != nil {
+				yield(nil, fmt.Errorf("scanning %v: %w", tbl.Identifier(), err))
+				return
+			}
+			cols := make([]arrow.Array, len(fields))
+			for i, f := range fields {
+				idx := rec.Schema().FieldIndices(f.Name)
+				if len(idx) != 1 {
+					rec.Release()
+					yield(nil, fmt.Errorf("scanning %v: column %q missing from the scan", tbl.Identifier(), f.Name))
+					return
+				}
+				cols[i] = rec.Column(idx[0])
+			}
+			for r := 0; r < int(rec.NumRows()); r++ {
+				for i, c := range cols {
+					v, err := valueAt(c, r)
+					if err != nil {
+						rec.Release()
+						yield(nil, fmt.Errorf("scanning %v: column %q: %w", tbl.Identifier(), fields[i].Name, err))
+						return
+					}
+					row[i] = v
+				}
+				if !yield(row, nil) {
+					rec.Release()
+					return
+				}
+			}
+			rec.Release()
+		}
+	}
+}
+
+func valueAt(c arrow.Array, i int) (any, error) {
+	if c.IsNull(i) {
+		return nil, nil
+	}
+	switch c := c.(type) {
+	case *array.Boolean:
+		return c.Value(i), nil
+	case *array.Int32:
+		return c.Value(i), nil
+	case *array.Int64:
+		return c.Value(i), nil
+	case *array.Float32:
+		return c.Value(i), nil
+	case *array.Float64:
+		return c.Value(i), nil
+	case *array.Decimal128:
+		return c.Value(i), nil
+	case *array.Date32:
+		return int32(c.Value(i)), nil
+	case *array.Time64:
+		return int64(c.Value(i)), nil
+	case *array.Timestamp:
+		return int64(c.Value(i)), nil
+	case *array.String:
+		return c.Value(i), nil
+	case *array.LargeString:
+		return c.Value(i), nil
+	case *extensions.UUIDArray:
+		return c.Value(i), nil
+	case *array.FixedSizeBinary:
+		return append([]byte(nil), c.Value(i)...), nil
+	case *array.Binary:
+		return append([]byte(nil), c.Value(i)...), nil
+	case *array.LargeBinary:
+		return append([]byte(nil), c.Value(i)...), nil
+	}
+	return nil, fmt.Errorf("arrow type %s is not supported", c.DataType())
+}

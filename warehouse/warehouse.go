@@ -1,0 +1,152 @@
+// Package warehouse opens the catalogs icesink writes through: the embedded
+// default (an iceberg-go SQL catalog on SQLite at DIR/catalog.db, table data
+// under DIR) and a shared SQL catalog on PostgreSQL. It also reads tables
+// back as rows through iceberg-go's scanner. It knows nothing of upserts.
+package warehouse
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
+	sqlcat "github.com/apache/iceberg-go/catalog/sql"
+	"github.com/apache/iceberg-go/table"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+	_ "modernc.org/sqlite"             // the "sqlite" database/sql driver
+)
+
+// CatalogName is the name of the catalog icesink opens.
+const CatalogName = "icesink"
+
+// Options configure Open.
+type Options struct {
+	// CatalogURI names the SQL catalog: empty for the embedded SQLite
+	// catalog at DIR/catalog.db, or a postgres:// URL.
+	CatalogURI string
+}
+
+// Warehouse is an open catalog with its warehouse location.
+type Warehouse struct {
+	Catalog  *sqlcat.Catalog
+	Location string // file:// URL of the warehouse folder
+	db       *sql.DB
+}
+
+// Open opens (creating when absent) the warehouse in dir.
+func Open(ctx context.Context, dir string, opts Options) (*Warehouse, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("warehouse %s: %w", dir, err)
+	}
+	if err := os.MkdirAll(abs, 0o755); err != nil {
+		return nil, fmt.Errorf("warehouse %s: %w", dir, err)
+	}
+	loc := (&url.URL{Scheme: "file", Path: abs}).String()
+	props := iceberg.Properties{"warehouse": loc}
+	var db *sql.DB
+	var dialect sqlcat.SupportedDialect
+	switch {
+	case opts.CatalogURI == "":
+		dsn := "file:" + filepath.Join(abs, "catalog.db") + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
+		db, err = sql.Open("sqlite", dsn)
+		dialect = sqlcat.SQLite
+	case strings.HasPrefix(opts.CatalogURI, "postgres://"), strings.HasPrefix(opts.CatalogURI, "postgresql://"):
+		db, err = sql.Open("pgx", opts.CatalogURI)
+		dialect = sqlcat.Postgres
+	default:
+		return nil, fmt.Errorf("warehouse %s: catalog URI %q: want empty (embedded SQLite) or postgres://", dir, opts.CatalogURI)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("warehouse %s: opening the catalog database: %w", dir, err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("warehouse %s: connecting to the catalog database: %w", dir, err)
+	}
+	cat, err := sqlcat.NewCatalog(CatalogName, db, dialect, props)
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("warehouse %s: opening the SQL catalog: %w", dir, err)
+	}
+	return &Warehouse{Catalog: cat, Location: loc, db: db}, nil
+}
+
+// Close closes the catalog database.
+func (w *Warehouse) Close() error { return w.db.Close() }
+
+// ParseIdent parses "ns.name" (the last dot separates the table name).
+func ParseIdent(s string) (table.Identifier, error) {
+	i := strings.LastIndexByte(s, '.')
+	if i <= 0 || i == len(s)-1 {
+		return nil, fmt.Errorf("table name %q: want NAMESPACE.NAME", s)
+	}
+	return table.Identifier{s[:i], s[i+1:]}, nil
+}
+
+// TableSpec describes a table to create.
+type TableSpec struct {
+	Schema     *iceberg.Schema
+	Partition  *iceberg.PartitionSpec // nil: unpartitioned
+	Properties iceberg.Properties
+}
+
+// LoadOrCreate loads the table ident, creating it (and its namespace) from
+// spec when absent. When the table exists and spec.Schema is set, the
+// schemas must match (fields and identifier fields).
+func (w *Warehouse) LoadOrCreate(ctx context.Context, ident table.Identifier, spec TableSpec) (*table.Table, bool, error) {
+	tbl, err := w.Catalog.LoadTable(ctx, ident)
+	if err == nil {
+		if spec.Schema != nil && !sameSchema(spec.Schema, tbl.Schema()) {
+			return nil, false, fmt.Errorf("table %s exists with schema %s, which differs from the given schema %s", strings.Join(ident, "."), tbl.Schema(), spec.Schema)
+		}
+		return tbl, false, nil
+	}
+	if !errors.Is(err, catalog.ErrNoSuchTable) {
+		return nil, false, fmt.Errorf("loading table %s: %w", strings.Join(ident, "."), err)
+	}
+	if spec.Schema == nil {
+		return nil, false, fmt.Errorf("table %s does not exist; give its schema (--schema) to create it", strings.Join(ident, "."))
+	}
+	ns := catalog.NamespaceFromIdent(ident)
+	if err := w.Catalog.CreateNamespace(ctx, ns, nil); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
+		return nil, false, fmt.Errorf("creating namespace %s: %w", strings.Join(ns, "."), err)
+	}
+	props := iceberg.Properties{"format-version": "2"}
+	for k, v := range spec.Properties {
+		props[k] = v
+	}
+	opts := []catalog.CreateTableOpt{catalog.WithProperties(props)}
+	if spec.Partition != nil {
+		opts = append(opts, catalog.WithPartitionSpec(spec.Partition))
+	}
+	tbl, err = w.Catalog.CreateTable(ctx, ident, spec.Schema, opts...)
+	if err != nil {
+		return nil, false, fmt.Errorf("creating table %s: %w", strings.Join(ident, "."), err)
+	}
+	return tbl, true, nil
+}
+
+func sameSchema(a, b *iceberg.Schema) bool {
+	fa, fb := a.Fields(), b.Fields()
+	if len(fa) != len(fb) || len(a.IdentifierFieldIDs) != len(b.IdentifierFieldIDs) {
+		return false
+	}
+	for i := range fa {
+		if fa[i].ID != fb[i].ID || fa[i].Name != fb[i].Name || !fa[i].Type.Equals(fb[i].Type) || fa[i].Required != fb[i].Required {
+			return false
+		}
+	}
+	for i := range a.IdentifierFieldIDs {
+		if a.IdentifierFieldIDs[i] != b.IdentifierFieldIDs[i] {
+			return false
+		}
+	}
+	return true
+}
