@@ -78,6 +78,7 @@ type parquetFile struct {
 	rows      int64 // rows appended in total
 	batchRows int
 	rgBytes   int64 // row-group size at which a new row group starts
+	rgRaw     int64 // Arrow bytes handed to the current row group
 }
 
 func createParquetFile(fs iceio.WriteFileIO, path string, sc *arrow.Schema, props *parquet.WriterProperties, batchRows int, rgBytes int64) (*parquetFile, error) {
@@ -136,25 +137,42 @@ func (f *parquetFile) flushBatch() error {
 	rec := f.bld.NewRecordBatch()
 	defer rec.Release()
 	f.buffered = 0
+	for _, c := range rec.Columns() {
+		for _, b := range c.Data().Buffers() {
+			if b != nil {
+				f.rgRaw += int64(b.Len())
+			}
+		}
+	}
 	if err := f.fw.WriteBuffered(rec); err != nil {
 		return fmt.Errorf("writing %s: %w", f.path, err)
 	}
-	if f.rgBytes > 0 && f.fw.RowGroupTotalBytesWritten() >= f.rgBytes {
+	if f.rgBytes > 0 && f.rgRaw >= f.rgBytes {
 		if err := f.fw.NewBufferedRowGroupChecked(); err != nil {
 			return fmt.Errorf("writing %s: %w", f.path, err)
 		}
+		f.rgRaw = 0
 	}
 	return nil
 }
 
-// bufferedBytes estimates the memory the file holds: the builder's rows and
-// the encoded, not yet flushed row group.
-func (f *parquetFile) bufferedBytes() int64 {
-	return int64(f.buffered)*64 + f.fw.RowGroupTotalBytesWritten()
+// unpaged estimates the bytes of the current row group that the column
+// writers still hold unencoded (not yet cut into pages).
+func (f *parquetFile) unpaged() int64 {
+	return max(f.rgRaw-f.fw.RowGroupTotalBytesWritten(), 0)
 }
 
-// size estimates the file's size so far.
-func (f *parquetFile) size() int64 { return f.out.n + f.fw.RowGroupTotalCompressedBytes() }
+// bufferedBytes estimates the memory the file holds: the builder's rows,
+// the encoded pages of the buffered row group and its unencoded values.
+func (f *parquetFile) bufferedBytes() int64 {
+	return int64(f.buffered)*64 + f.fw.RowGroupTotalCompressedBytes() + f.unpaged()
+}
+
+// size estimates the file's size so far (an upper bound: unencoded values
+// are counted raw).
+func (f *parquetFile) size() int64 {
+	return f.out.n + f.fw.RowGroupTotalCompressedBytes() + f.unpaged()
+}
 
 // close finishes the file and returns its footer and size.
 func (f *parquetFile) close() (*metadata.FileMetaData, int64, error) {

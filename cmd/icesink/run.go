@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/dustin/go-humanize"
+	"golang.org/x/term"
+
+	"github.com/icesink/icesink/changelog"
+	"github.com/icesink/icesink/dedup"
+	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/sink"
+	"github.com/icesink/icesink/warehouse"
+)
+
+func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var tf tableFlags
+	tf.register(fs)
+	schemaPath := fs.String("schema", "", "Iceberg schema `FILE` (the spec's JSON form); required to create the table")
+	specPath := fs.String("partition-spec", "", "Iceberg partition spec `FILE` (JSON) for a new table; default unpartitioned")
+	input := fs.String("input", "", "input `FILE`, or - for standard input")
+	format := fs.String("format", "changelog-json", "input format: changelog-json or debezium-json")
+	mode := fs.String("mode", "upsert", "upsert (inserts replace any row of the key) or changelog (trusted -U/+U pairs)")
+	ckRows := fs.Int64("checkpoint-rows", 100000, "end a checkpoint every `N` input rows (besides barrier lines)")
+	interval := fs.Uint64("commit-interval", 1, "commit every `K` checkpoints")
+	sinkID := fs.String("sink-id", "icesink", "sink `ID` recorded in snapshot summaries; a rerun continues from its last commit")
+	memLimit := fs.String("memory-limit", "0", "memory budget per writer (e.g. 64MiB, 1GiB); 0 = unbounded")
+	quiet := fs.Bool("quiet", false, "no progress line")
+	stats := fs.Bool("stats", false, "print the writer's statistics at the end")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := tf.check(); err != nil {
+		return err
+	}
+	if *input == "" {
+		return fmt.Errorf("%w: --input is required", errUsage)
+	}
+	fmtv, err := changelog.ParseFormat(*format)
+	if err != nil {
+		return fmt.Errorf("%w: --format: %v", errUsage, err)
+	}
+	m, err := deltawriter.ParseMode(*mode)
+	if err != nil {
+		return fmt.Errorf("%w: --mode: %v", errUsage, err)
+	}
+	limit, err := parseSize(*memLimit)
+	if err != nil {
+		return fmt.Errorf("%w: --memory-limit: %v", errUsage, err)
+	}
+	ident, err := warehouse.ParseIdent(tf.table)
+	if err != nil {
+		return fmt.Errorf("%w: --table: %v", errUsage, err)
+	}
+	var spec warehouse.TableSpec
+	if *schemaPath != "" {
+		if spec.Schema, err = readSchema(*schemaPath); err != nil {
+			return err
+		}
+	}
+	if *specPath != "" {
+		b, err := os.ReadFile(*specPath)
+		if err != nil {
+			return fmt.Errorf("reading the partition spec: %w", err)
+		}
+		var ps iceberg.PartitionSpec
+		if err := json.Unmarshal(b, &ps); err != nil {
+			return fmt.Errorf("partition spec %s: %w", *specPath, err)
+		}
+		spec.Partition = &ps
+	}
+
+	wh, err := warehouse.Open(ctx, tf.warehouse, warehouse.Options{CatalogURI: tf.catalogURI})
+	if err != nil {
+		return err
+	}
+	defer wh.Close()
+	tbl, _, err := wh.LoadOrCreate(ctx, ident, spec)
+	if err != nil {
+		return err
+	}
+	// The writer checks the table before any input is read.
+	if _, err := deltawriter.NewKeyCodec(tbl.Schema()); err != nil {
+		return fmt.Errorf("table %s: %w", tf.table, err)
+	}
+
+	var in io.Reader = stdin
+	if *input != "-" {
+		f, err := os.Open(*input)
+		if err != nil {
+			return fmt.Errorf("opening the input: %w", err)
+		}
+		defer f.Close()
+		in = f
+	}
+	dec, err := changelog.NewDecoder(in, fmtv, tbl.Schema())
+	if err != nil {
+		return fmt.Errorf("table %s: %w", tf.table, err)
+	}
+	cfg := sink.Config{
+		Loader:         wh.Catalog,
+		Ident:          ident,
+		SinkID:         *sinkID,
+		Writer:         deltawriter.Options{Mode: m, Index: indexOptions(limit)},
+		CheckpointRows: *ckRows,
+		CommitInterval: *interval,
+	}
+	start, err := sink.Resume(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if start.Line > 0 {
+		if err := dec.Skip(start.Line); err != nil {
+			return fmt.Errorf("resuming after input line %d (epoch %d, already committed): %w", start.Line, start.Epoch, err)
+		}
+		if !*quiet {
+			fmt.Fprintf(stderr, "icesink: sink %q resumes after input line %d (epoch %d is committed)\n", *sinkID, start.Line, start.Epoch)
+		}
+	}
+	if !*quiet && isTerminal(stderr) {
+		cfg.Progress = progressLine(stderr)
+	}
+	res, err := sink.Run(ctx, cfg, dec, start)
+	if cfg.Progress != nil {
+		fmt.Fprintln(stderr)
+	}
+	if err != nil {
+		return fmt.Errorf("%w\n(input up to line %d, epoch %d, is committed; %d commits by this run; the uncommitted window was discarded)",
+			err, res.Committed.Line, res.Committed.Epoch, res.Commits)
+	}
+	if !*quiet {
+		fmt.Fprintf(stdout, "committed %d snapshots: %d changes from %d input lines in %s (%.0f changes/s)\n",
+			res.Commits, res.Changes, res.Line-start.Line, res.Elapsed.Round(time.Millisecond), float64(res.Changes)/res.Elapsed.Seconds())
+	}
+	if *stats {
+		printStats(stdout, res.Stats)
+	}
+	return nil
+}
+
+func indexOptions(limit int64) (o dedup.Options) {
+	o.MemoryLimit = limit
+	return o
+}
+
+func parseSize(s string) (int64, error) {
+	if s == "" || s == "0" {
+		return 0, nil
+	}
+	n, err := humanize.ParseBytes(s)
+	if err != nil {
+		return 0, err
+	}
+	return int64(n), nil
+}
+
+func readSchema(path string) (*iceberg.Schema, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading the schema: %w", err)
+	}
+	var sc iceberg.Schema
+	if err := json.Unmarshal(b, &sc); err != nil {
+		return nil, fmt.Errorf("schema %s: %w", path, err)
+	}
+	if len(sc.Fields()) == 0 {
+		return nil, errors.New("schema " + path + ": no fields")
+	}
+	return &sc, nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+func progressLine(w io.Writer) func(sink.Progress) {
+	var last time.Time
+	return func(p sink.Progress) {
+		if time.Since(last) < 250*time.Millisecond {
+			return
+		}
+		last = time.Now()
+		rate := float64(p.Changes) / max(p.Elapsed.Seconds(), 1e-9)
+		fmt.Fprintf(w, "\r%s lines, %s changes, %s changes/s, %d commits   ",
+			humanize.Comma(p.Line), humanize.Comma(p.Changes), humanize.Comma(int64(rate)), p.Commits)
+	}
+}
+
+func printStats(w io.Writer, s deltawriter.Stats) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "changes                 %d\n", s.Changes)
+	fmt.Fprintf(&b, "data files / rows       %d / %d\n", s.DataFiles, s.DataRows)
+	fmt.Fprintf(&b, "pos-delete files / rows %d / %d\n", s.PositionDeleteFile, s.PositionDeletes)
+	fmt.Fprintf(&b, "eq-delete files / rows  %d / %d\n", s.EqualityDeleteFile, s.EqualityDeletes)
+	fmt.Fprintf(&b, "index peak bytes        %d\n", s.Index.PeakMemoryBytes)
+	io.WriteString(w, b.String())
+}
