@@ -81,7 +81,7 @@ type Result struct {
 	Start     Position // where the run started
 	Committed Position // what the table holds for the sink when the run ended
 	Progress           // the final counters
-	Stats    deltawriter.Stats
+	Stats     deltawriter.Stats
 }
 
 // Resume returns the position the table holds for the sink: its last
