@@ -62,7 +62,18 @@ type Options struct {
 	// DeleteBufferRows bounds each buffered delete kind (rows) before it
 	// is written as a file. Default 4M position deletes / 1M equality deletes.
 	DeleteBufferRows int
-	// Index configures the inserted-row index.
+	// MemoryLimit is the writer's memory budget in bytes: the inserted-row
+	// index's memory tier, the delete buffers, the open Parquet writers'
+	// buffered row groups and the spill read cache. When the window grows
+	// past it, the writer flushes locally (spills the index to SpillDir,
+	// writes delete files) and keeps going. Zero means unbounded: the
+	// index stays wholly in memory until the commit, as in today's writers.
+	MemoryLimit int64
+	// SpillDir is where the index spills its sorted runs; each writer
+	// takes a private subfolder. Default: the OS temp dir.
+	SpillDir string
+	// Index configures the inserted-row index. Its memory limit is
+	// derived from MemoryLimit when that is set.
 	Index dedup.Options
 }
 

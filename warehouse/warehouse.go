@@ -54,7 +54,9 @@ func Open(ctx context.Context, dir string, opts Options) (*Warehouse, error) {
 	var dialect sqlcat.SupportedDialect
 	switch {
 	case opts.CatalogURI == "":
-		dsn := "file:" + filepath.Join(abs, "catalog.db") + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
+		// The path is a URI path: '#', '?' and '%' must be escaped.
+		esc := strings.NewReplacer("%", "%25", "#", "%23", "?", "%3f").Replace(filepath.Join(abs, "catalog.db"))
+		dsn := "file:" + esc + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
 		db, err = sql.Open("sqlite", dsn)
 		dialect = sqlcat.SQLite
 	case strings.HasPrefix(opts.CatalogURI, "postgres://"), strings.HasPrefix(opts.CatalogURI, "postgresql://"):

@@ -23,6 +23,7 @@ Commands:
   run        write a changelog into a table (creating it from --schema)
   scan       print a table's live rows as JSON lines (iceberg-go's scanner)
   snapshots  list a table's snapshots with their summaries
+  bench      benchmark memory and throughput of upsert scenarios
 
 Run "icesink COMMAND -h" for a command's flags.
 `
@@ -53,6 +54,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdScan(ctx, args[1:], stdout, stderr)
 	case "snapshots":
 		err = cmdSnapshots(ctx, args[1:], stdout, stderr)
+	case "bench":
+		err = cmdBench(ctx, args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "icesink: unknown command %q\n\n%s", args[0], usage)
 		return 2

@@ -16,7 +16,6 @@ import (
 	"golang.org/x/term"
 
 	"github.com/icesink/icesink/changelog"
-	"github.com/icesink/icesink/dedup"
 	"github.com/icesink/icesink/deltawriter"
 	"github.com/icesink/icesink/sink"
 	"github.com/icesink/icesink/warehouse"
@@ -36,6 +35,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	interval := fs.Uint64("commit-interval", 1, "commit every `K` checkpoints")
 	sinkID := fs.String("sink-id", "icesink", "sink `ID` recorded in snapshot summaries; a rerun continues from its last commit")
 	memLimit := fs.String("memory-limit", "0", "memory budget per writer (e.g. 64MiB, 1GiB); 0 = unbounded")
+	spillDir := fs.String("spill-dir", "", "`DIR` for the index's spill runs (default: the OS temp dir; a private subfolder per writer)")
 	quiet := fs.Bool("quiet", false, "no progress line")
 	stats := fs.Bool("stats", false, "print the writer's statistics at the end")
 	if err := parseFlags(fs, args); err != nil {
@@ -112,7 +112,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		Loader:         wh.Catalog,
 		Ident:          ident,
 		SinkID:         *sinkID,
-		Writer:         deltawriter.Options{Mode: m, Index: indexOptions(limit)},
+		Writer:         deltawriter.Options{Mode: m, MemoryLimit: limit, SpillDir: *spillDir},
 		CheckpointRows: *ckRows,
 		CommitInterval: *interval,
 	}
@@ -147,11 +147,6 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		printStats(stdout, res.Stats)
 	}
 	return nil
-}
-
-func indexOptions(limit int64) (o dedup.Options) {
-	o.MemoryLimit = limit
-	return o
 }
 
 func parseSize(s string) (int64, error) {

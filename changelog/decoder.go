@@ -1,0 +1,681 @@
+package changelog
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/apache/iceberg-go"
+
+	"github.com/icesink/icesink/deltawriter"
+)
+
+// MaxLineSize is the longest input line a Decoder accepts, in bytes, not
+// counting the line terminator.
+const MaxLineSize = 64 << 20
+
+const (
+	readBufferSize = 64 << 10
+	maxSlabRows    = 256 // rows carved from one allocation of row slots, at most
+)
+
+// Record is what one input line decodes to.
+type Record struct {
+	// Line is the 1-based number of the input line. It is also the number
+	// of lines consumed so far, so Skip(Line) on a fresh decoder over the
+	// same input resumes right after this record.
+	Line int64
+	// Barrier is set for a {"barrier":true} line; it ends a checkpoint and
+	// carries no changes.
+	Barrier bool
+	// Changes are the line's changes, in order: one, or two for a Debezium
+	// update that carries its before image (-U before, then +U after).
+	// The slice is reused by the next call to Next; the Change values and
+	// their Rows are not, and may be kept.
+	Changes []deltawriter.Change
+}
+
+// Decoder reads changelog lines from an input and decodes them into
+// changes typed by an Iceberg schema. It is not safe for concurrent use.
+type Decoder struct {
+	br       *bufio.Reader
+	format   Format
+	plan     *plan
+	maxLine  int
+	line     int64  // lines consumed
+	long     []byte // assembles lines longer than the read buffer
+	sc       scanner
+	tmp      []byte // number digits
+	changes  [2]deltawriter.Change
+	slab     []any    // unused row slots
+	slabRows int      // rows in the last slab allocated
+	seen     []uint32 // per column: stamp of the last row object that set it
+	stamp    uint32
+	err      error // sticky read error
+}
+
+// NewDecoder returns a decoder of format over r for rows of schema. The
+// schema must have identifier fields (the key; every one a required
+// top-level primitive column, not float or double) and only primitive
+// columns.
+func NewDecoder(r io.Reader, format Format, schema *iceberg.Schema) (*Decoder, error) {
+	if format != ChangelogJSON && format != DebeziumJSON {
+		return nil, fmt.Errorf("changelog: unknown input format %v", format)
+	}
+	p, err := newPlan(schema)
+	if err != nil {
+		return nil, err
+	}
+	return &Decoder{
+		br:      bufio.NewReaderSize(r, readBufferSize),
+		format:  format,
+		plan:    p,
+		maxLine: MaxLineSize,
+		seen:    make([]uint32, len(p.cols)),
+	}, nil
+}
+
+// Line returns the number of input lines consumed so far (decoded, skipped
+// or rejected).
+func (d *Decoder) Line() int64 { return d.line }
+
+// Next decodes the next record. Empty and whitespace-only lines, and
+// Debezium tombstones, are passed over. At the end of the input it returns
+// io.EOF. A bad line yields a *LineError; the line is consumed, so calling
+// Next again continues with the line after it. Read errors are returned
+// wrapped and repeat on every later call.
+func (d *Decoder) Next() (Record, error) {
+	for {
+		line, err := d.readLine()
+		if err != nil {
+			return Record{}, err
+		}
+		if d.line == 1 {
+			line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf")) // a UTF-8 byte order mark
+		}
+		d.sc.reset(line)
+		d.sc.ws()
+		if d.sc.pos == len(line) {
+			continue
+		}
+		var rec Record
+		var skip bool
+		if d.format == ChangelogJSON {
+			rec, err = d.changelogLine()
+		} else {
+			rec, skip, err = d.debeziumLine()
+		}
+		if err != nil {
+			return Record{}, d.lineErr(err)
+		}
+		if skip {
+			continue
+		}
+		rec.Line = d.line
+		return rec, nil
+	}
+}
+
+// Skip consumes the next n lines without decoding them, only counting line
+// terminators; a final line without a terminator counts as a line. If the
+// input has fewer than n more lines, Skip consumes them all and returns an
+// error wrapping io.ErrUnexpectedEOF.
+func (d *Decoder) Skip(n int64) error {
+	if d.err != nil {
+		return d.err
+	}
+	want := n
+	partial := false // consumed bytes of a line whose terminator is not yet seen
+	for n > 0 {
+		if _, err := d.br.Peek(1); err != nil {
+			if err != io.EOF {
+				d.err = fmt.Errorf("changelog: reading line %d: %w", d.line+1, err)
+				return d.err
+			}
+			if partial {
+				d.line++
+				n--
+			}
+			if n > 0 {
+				return fmt.Errorf("changelog: cannot skip %d lines: the input ends after %d of them: %w", want, want-n, io.ErrUnexpectedEOF)
+			}
+			return nil
+		}
+		buf, _ := d.br.Peek(d.br.Buffered())
+		i := 0
+		for n > 0 {
+			j := bytes.IndexByte(buf[i:], '\n')
+			if j < 0 {
+				break
+			}
+			i += j + 1
+			n--
+			d.line++
+		}
+		if n == 0 {
+			_, _ = d.br.Discard(i)
+			return nil
+		}
+		partial = buf[len(buf)-1] != '\n'
+		_, _ = d.br.Discard(len(buf))
+	}
+	return nil
+}
+
+// readLine returns the next line without its '\n', valid until the next
+// call, and counts it.
+func (d *Decoder) readLine() ([]byte, error) {
+	if d.err != nil {
+		return nil, d.err
+	}
+	b, err := d.br.ReadSlice('\n')
+	switch err {
+	case nil:
+		d.line++
+		b = b[:len(b)-1]
+		if len(b) > d.maxLine {
+			return nil, d.tooLong()
+		}
+		return b, nil
+	case io.EOF:
+		if len(b) == 0 {
+			return nil, io.EOF
+		}
+		d.line++
+		if len(b) > d.maxLine {
+			return nil, d.tooLong()
+		}
+		return b, nil
+	case bufio.ErrBufferFull:
+		return d.readLongLine(b)
+	}
+	d.err = fmt.Errorf("changelog: reading line %d: %w", d.line+1, err)
+	return nil, d.err
+}
+
+// readLongLine finishes reading a line that does not fit the read buffer.
+func (d *Decoder) readLongLine(b []byte) ([]byte, error) {
+	d.long = append(d.long[:0], b...)
+	over := len(d.long) > d.maxLine
+	for {
+		b, err := d.br.ReadSlice('\n')
+		if !over {
+			d.long = append(d.long, b...)
+			over = len(d.long) > d.maxLine+1 // +1: the '\n'
+		}
+		switch err {
+		case bufio.ErrBufferFull:
+			continue
+		case nil, io.EOF:
+			d.line++
+			line := d.long
+			if err == nil {
+				line = line[:len(line)-1]
+			}
+			if over || len(line) > d.maxLine {
+				return nil, d.tooLong()
+			}
+			return line, nil
+		}
+		d.err = fmt.Errorf("changelog: reading line %d: %w", d.line+1, err)
+		return nil, d.err
+	}
+}
+
+func (d *Decoder) tooLong() error {
+	return &LineError{Line: d.line, Err: kindErrf(ErrLineTooLong, "line longer than %d bytes", d.maxLine)}
+}
+
+func (d *Decoder) lineErr(err error) error {
+	var fe *fieldError
+	if errors.As(err, &fe) {
+		return &LineError{Line: d.line, Field: fe.field, Err: fe.err}
+	}
+	return &LineError{Line: d.line, Err: err}
+}
+
+// parseOp parses a changelog op without allocating.
+func parseOp(b []byte) (deltawriter.Op, bool) {
+	if len(b) != 2 {
+		return 0, false
+	}
+	switch {
+	case b[0] == '+' && b[1] == 'I':
+		return deltawriter.Insert, true
+	case b[0] == '-' && b[1] == 'U':
+		return deltawriter.UpdateBefore, true
+	case b[0] == '+' && b[1] == 'U':
+		return deltawriter.UpdateAfter, true
+	case b[0] == '-' && b[1] == 'D':
+		return deltawriter.Delete, true
+	}
+	return 0, false
+}
+
+func duplicate(field string) error {
+	return fieldErr(field, kindErr(ErrDuplicateKey, "member appears twice"))
+}
+
+// boolMember reads a boolean member value.
+func (d *Decoder) boolMember(field string) (bool, error) {
+	s := &d.sc
+	switch s.peek() {
+	case 't':
+		return true, s.literal("true")
+	case 'f':
+		return false, s.literal("false")
+	}
+	if err := s.skip(1); err != nil {
+		return false, err
+	}
+	return false, fieldErr(field, kindErr(ErrRecord, "must be true or false"))
+}
+
+// changelogLine decodes {"op":...,"data":{...}} or {"barrier":true}.
+// Members other than op, data and barrier are ignored.
+func (d *Decoder) changelogLine() (Record, error) {
+	s := &d.sc
+	if c := s.peek(); c != '{' {
+		if err := s.skip(0); err != nil {
+			return Record{}, err
+		}
+		return Record{}, kindErrf(ErrRecord, "a changelog-json line must be a JSON object, got %s", jsonKind(c))
+	}
+	var (
+		op                        deltawriter.Op
+		haveOp, haveData, haveBar bool
+		barrier                   bool
+		row                       []any
+		stamp                     uint32
+	)
+	empty, err := s.beginObject()
+	if err != nil {
+		return Record{}, err
+	}
+	for !empty {
+		k, err := s.key()
+		if err != nil {
+			return Record{}, err
+		}
+		switch string(k) {
+		case "op":
+			if haveOp {
+				return Record{}, duplicate("op")
+			}
+			haveOp = true
+			if s.peek() != '"' {
+				c := s.peek()
+				if err := s.skip(1); err != nil {
+					return Record{}, err
+				}
+				return Record{}, fieldErr("op", kindErrf(ErrUnknownOp, "op must be one of the strings +I, -U, +U, -D, got %s", jsonKind(c)))
+			}
+			v, err := s.str()
+			if err != nil {
+				return Record{}, err
+			}
+			var ok bool
+			if op, ok = parseOp(v); !ok {
+				return Record{}, fieldErr("op", kindErrf(ErrUnknownOp, "unknown op %s (want +I, -U, +U or -D)", quoteShort(v)))
+			}
+		case "data":
+			if haveData {
+				return Record{}, duplicate("data")
+			}
+			haveData = true
+			if row, stamp, err = d.row("data", ""); err != nil {
+				return Record{}, err
+			}
+		case "barrier":
+			if haveBar {
+				return Record{}, duplicate("barrier")
+			}
+			haveBar = true
+			if barrier, err = d.boolMember("barrier"); err != nil {
+				return Record{}, err
+			}
+		default:
+			if err := s.skip(1); err != nil {
+				return Record{}, err
+			}
+		}
+		more, err := s.next()
+		if err != nil {
+			return Record{}, err
+		}
+		if !more {
+			break
+		}
+	}
+	if err := s.end(); err != nil {
+		return Record{}, err
+	}
+	if barrier {
+		if haveOp || haveData {
+			return Record{}, fieldErr("barrier", kindErr(ErrRecord, "a barrier line carries no op or data"))
+		}
+		return Record{Barrier: true}, nil
+	}
+	if !haveOp {
+		return Record{}, fieldErr("op", kindErr(ErrRecord, "missing op"))
+	}
+	if !haveData {
+		return Record{}, fieldErr("data", kindErr(ErrRecord, "missing data"))
+	}
+	if err := d.check(row, stamp, !op.IsDelete(), ""); err != nil {
+		return Record{}, err
+	}
+	d.changes[0] = deltawriter.Change{Op: op, Row: row}
+	return Record{Changes: d.changes[:1]}, nil
+}
+
+// envelope is what one Debezium envelope object held.
+type envelope struct {
+	op                    byte // 'c', 'r', 'u', 'd', 't'; 0 when absent
+	haveBefore, haveAfter bool
+	before, after         []any // nil when null
+	havePayload, nullPay  bool
+	barrier, haveBarrier  bool
+}
+
+// debeziumLine decodes one Debezium event line; skip reports a tombstone.
+func (d *Decoder) debeziumLine() (rec Record, skip bool, err error) {
+	s := &d.sc
+	switch s.peek() {
+	case 'n': // a Kafka tombstone
+		if err := s.literal("null"); err != nil {
+			return Record{}, false, err
+		}
+		if err := s.end(); err != nil {
+			return Record{}, false, err
+		}
+		return Record{}, true, nil
+	case '{':
+	default:
+		c := s.peek()
+		if err := s.skip(0); err != nil {
+			return Record{}, false, err
+		}
+		return Record{}, false, kindErrf(ErrRecord, "a debezium-json line must be a JSON object or null, got %s", jsonKind(c))
+	}
+	var top, pay envelope
+	if err := d.envelope(&top, &pay); err != nil {
+		return Record{}, false, err
+	}
+	if err := s.end(); err != nil {
+		return Record{}, false, err
+	}
+	if top.barrier {
+		if top.op != 0 || top.haveBefore || top.haveAfter || top.havePayload {
+			return Record{}, false, fieldErr("barrier", kindErr(ErrRecord, "a barrier line carries no event"))
+		}
+		return Record{Barrier: true}, false, nil
+	}
+	e := &top
+	if top.havePayload {
+		if top.op != 0 || top.haveBefore || top.haveAfter {
+			return Record{}, false, fieldErr("payload", kindErr(ErrRecord, "op, before or after both inside and outside payload"))
+		}
+		if top.nullPay {
+			return Record{}, true, nil // a tombstone with a schema
+		}
+		e = &pay
+	}
+	switch e.op {
+	case 0:
+		return Record{}, false, fieldErr("op", kindErr(ErrRecord, "missing op"))
+	case 'c', 'r':
+		if e.after == nil {
+			return Record{}, false, fieldErr("after", kindErrf(ErrRecord, "op %q needs a non-null after", e.op))
+		}
+		d.changes[0] = deltawriter.Change{Op: deltawriter.Insert, Row: e.after}
+		return Record{Changes: d.changes[:1]}, false, nil
+	case 'u':
+		if e.after == nil {
+			return Record{}, false, fieldErr("after", kindErr(ErrRecord, `op "u" needs a non-null after`))
+		}
+		if e.before == nil {
+			d.changes[0] = deltawriter.Change{Op: deltawriter.UpdateAfter, Row: e.after}
+			return Record{Changes: d.changes[:1]}, false, nil
+		}
+		d.changes[0] = deltawriter.Change{Op: deltawriter.UpdateBefore, Row: e.before}
+		d.changes[1] = deltawriter.Change{Op: deltawriter.UpdateAfter, Row: e.after}
+		return Record{Changes: d.changes[:2]}, false, nil
+	case 'd':
+		if e.before == nil {
+			return Record{}, false, fieldErr("before", kindErr(ErrRecord, `op "d" needs a non-null before`))
+		}
+		d.changes[0] = deltawriter.Change{Op: deltawriter.Delete, Row: e.before}
+		return Record{Changes: d.changes[:1]}, false, nil
+	}
+	// 't'
+	return Record{}, false, fieldErr("op", kindErr(ErrUnsupported, `truncate events (op "t") are not supported`))
+}
+
+// envelope decodes a Debezium envelope object into e. At the top level
+// (pay != nil) a "payload" member is decoded into pay and "barrier" is
+// recognized. Unknown members (schema, source, ts_ms, transaction, ...)
+// are validated and ignored.
+func (d *Decoder) envelope(e, pay *envelope) error {
+	s := &d.sc
+	empty, err := s.beginObject()
+	if err != nil {
+		return err
+	}
+	for !empty {
+		k, err := s.key()
+		if err != nil {
+			return err
+		}
+		switch {
+		case string(k) == "op":
+			if e.op != 0 {
+				return duplicate("op")
+			}
+			c := s.peek()
+			if c != '"' {
+				if err := s.skip(1); err != nil {
+					return err
+				}
+				return fieldErr("op", kindErrf(ErrUnknownOp, "op must be one of the strings c, r, u, d, got %s", jsonKind(c)))
+			}
+			v, err := s.str()
+			if err != nil {
+				return err
+			}
+			if len(v) != 1 || bytes.IndexByte([]byte("crudt"), v[0]) < 0 {
+				return fieldErr("op", kindErrf(ErrUnknownOp, "unknown op %s (want c, r, u or d)", quoteShort(v)))
+			}
+			e.op = v[0]
+		case string(k) == "before":
+			if e.haveBefore {
+				return duplicate("before")
+			}
+			e.haveBefore = true
+			row, stamp, err := d.row("before", "before")
+			if err != nil {
+				return err
+			}
+			if row != nil {
+				if err := d.check(row, stamp, false, "before"); err != nil {
+					return err
+				}
+			}
+			e.before = row
+		case string(k) == "after":
+			if e.haveAfter {
+				return duplicate("after")
+			}
+			e.haveAfter = true
+			row, stamp, err := d.row("after", "after")
+			if err != nil {
+				return err
+			}
+			if row != nil {
+				if err := d.check(row, stamp, true, "after"); err != nil {
+					return err
+				}
+			}
+			e.after = row
+		case pay != nil && string(k) == "payload":
+			if e.havePayload {
+				return duplicate("payload")
+			}
+			e.havePayload = true
+			switch s.peek() {
+			case 'n':
+				if err := s.literal("null"); err != nil {
+					return err
+				}
+				e.nullPay = true
+			case '{':
+				if err := d.envelope(pay, nil); err != nil {
+					return err
+				}
+			default:
+				c := s.peek()
+				if err := s.skip(1); err != nil {
+					return err
+				}
+				return fieldErr("payload", kindErrf(ErrRecord, "payload must be an object or null, got %s", jsonKind(c)))
+			}
+		case pay != nil && string(k) == "barrier":
+			if e.haveBarrier {
+				return duplicate("barrier")
+			}
+			e.haveBarrier = true
+			if e.barrier, err = d.boolMember("barrier"); err != nil {
+				return err
+			}
+		default:
+			if err := s.skip(1); err != nil {
+				return err
+			}
+		}
+		more, err := s.next()
+		if err != nil {
+			return err
+		}
+		if !more {
+			return nil
+		}
+	}
+	return nil
+}
+
+// row decodes a row object (or null, giving a nil row) at the cursor.
+// member names the JSON member holding it, for errors; where, when not
+// empty, names the Debezium image in column errors. It returns the stamp
+// that marks the columns the object set, for check.
+func (d *Decoder) row(member, where string) ([]any, uint32, error) {
+	s := &d.sc
+	switch c := s.peek(); c {
+	case '{':
+	case 'n':
+		if err := s.literal("null"); err != nil {
+			return nil, 0, err
+		}
+		if where == "" {
+			return nil, 0, fieldErr(member, kindErr(ErrRecord, "data is null"))
+		}
+		return nil, 0, nil
+	default:
+		if err := s.skip(1); err != nil {
+			return nil, 0, err
+		}
+		return nil, 0, fieldErr(member, kindErrf(ErrRecord, "must be an object, got %s", jsonKind(c)))
+	}
+	d.stamp++
+	if d.stamp == 0 {
+		clear(d.seen)
+		d.stamp = 1
+	}
+	stamp := d.stamp
+	cols := d.plan.cols
+	row := d.newRow()
+	empty, err := s.beginObject()
+	if err != nil {
+		return nil, 0, err
+	}
+	hint := 0
+	for !empty {
+		k, err := s.key()
+		if err != nil {
+			return nil, 0, err
+		}
+		i := -1
+		if hint < len(cols) && cols[hint].name == string(k) {
+			i = hint
+		} else if j, ok := d.plan.byName[string(k)]; ok {
+			i = j
+		} else {
+			return nil, 0, fieldErr(string(k), in(where, kindErr(ErrUnknownColumn, "no such column in the table schema")))
+		}
+		if d.seen[i] == stamp {
+			return nil, 0, fieldErr(cols[i].name, in(where, kindErr(ErrDuplicateKey, "column appears twice")))
+		}
+		d.seen[i] = stamp
+		v, err := s.value(&cols[i], &d.tmp)
+		if err != nil {
+			return nil, 0, fieldErr(cols[i].name, in(where, err))
+		}
+		row[i] = v
+		hint = i + 1
+		more, err := s.next()
+		if err != nil {
+			return nil, 0, err
+		}
+		if !more {
+			break
+		}
+	}
+	return row, stamp, nil
+}
+
+// in prefixes err with the Debezium image it was found in.
+func in(where string, err error) error {
+	if where == "" {
+		return err
+	}
+	return fmt.Errorf("in %s: %w", where, err)
+}
+
+// check enforces the null rules on a decoded row: key columns are always
+// required; full (an insert or update image) requires every required column.
+func (d *Decoder) check(row []any, stamp uint32, full bool, where string) error {
+	for i := range d.plan.cols {
+		if row[i] != nil {
+			continue
+		}
+		c := &d.plan.cols[i]
+		what := ""
+		switch {
+		case c.key:
+			what = "key column"
+		case full && c.required:
+			what = "required column"
+		default:
+			continue
+		}
+		if d.seen[i] == stamp {
+			return fieldErr(c.name, in(where, kindErrf(ErrNull, "%s is null", what)))
+		}
+		return fieldErr(c.name, in(where, kindErrf(ErrNull, "%s is missing", what)))
+	}
+	return nil
+}
+
+// newRow returns a fresh row of nils, carved from a shared allocation.
+func (d *Decoder) newRow() []any {
+	n := len(d.plan.cols)
+	if len(d.slab) < n {
+		// Start small (a decoder may see few rows) and grow to maxSlabRows.
+		d.slabRows = min(max(2*d.slabRows, 8), maxSlabRows)
+		d.slab = make([]any, n*d.slabRows)
+	}
+	r := d.slab[:n:n]
+	d.slab = d.slab[n:]
+	return r
+}

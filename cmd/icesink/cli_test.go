@@ -1,0 +1,365 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go"
+
+	"github.com/icesink/icesink/changelog"
+	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/warehouse"
+)
+
+// binary is the icesink command built once for the tests that run it as a
+// process (so that they can kill it).
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "icesink-cli")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "icesink")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "building icesink: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func icesink(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	var o, e bytes.Buffer
+	cmd := exec.Command(binary, args...)
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return o.String(), e.String(), ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return o.String(), e.String(), 0
+}
+
+func TestSampleRoundTrip(t *testing.T) {
+	wh := t.TempDir()
+	args := []string{"run", "--warehouse", wh, "--table", "demo.orders", "--schema", "../../testdata/orders.schema.json", "--input", "../../testdata/orders.changelog.jsonl"}
+	if _, stderr, code := icesink(t, args...); code != 0 {
+		t.Fatalf("run exited %d: %s", code, stderr)
+	}
+	want, err := os.ReadFile("../../testdata/orders.expected.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, stderr, code := icesink(t, "scan", "--warehouse", wh, "--table", "demo.orders")
+	if code != 0 {
+		t.Fatalf("scan exited %d: %s", code, stderr)
+	}
+	if got != string(want) {
+		t.Errorf("scan =\n%s\nwant\n%s", got, want)
+	}
+	// A rerun continues after the last committed line: nothing new.
+	if _, stderr, code := icesink(t, args...); code != 0 || !strings.Contains(stderr, "resumes after input line 14") {
+		t.Errorf("rerun exited %d: %s", code, stderr)
+	}
+	snaps, _, _ := icesink(t, "snapshots", "--warehouse", wh, "--table", "demo.orders")
+	if n := strings.Count(snaps, "icesink\n"); n != 3 {
+		t.Errorf("snapshots lists %d icesink snapshots, want 3:\n%s", n, snaps)
+	}
+}
+
+var cliSchema = iceberg.NewSchemaWithIdentifiers(0, []int{1},
+	iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true},
+	iceberg.NestedField{ID: 2, Name: "name", Type: iceberg.PrimitiveTypes.String},
+	iceberg.NestedField{ID: 3, Name: "v", Type: iceberg.PrimitiveTypes.Int64, Required: true},
+)
+
+// stream writes a random changelog of n lines over nkeys keys to a file,
+// with a barrier every so often, and returns the model's final state after
+// each line: states[i] is the state after line i+1, as scan would print it.
+func stream(t *testing.T, rng *rand.Rand, n, nkeys int) (path string, lines [][]byte) {
+	t.Helper()
+	enc, err := changelog.NewEncoder(cliSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	for i := 0; i < n; i++ {
+		var line []byte
+		k := int64(rng.IntN(nkeys))
+		switch r := rng.IntN(100); {
+		case r < 2:
+			line = []byte(changelog.BarrierLine)
+		case r < 20:
+			line, err = enc.AppendChangelogJSON(nil, deltawriter.Change{Op: deltawriter.Delete, Row: []any{k, nil, nil}})
+		default:
+			line, err = enc.AppendChangelogJSON(nil, deltawriter.Change{Op: deltawriter.UpdateAfter, Row: []any{k, "n" + strconv.Itoa(rng.IntN(50)), rng.Int64()}})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(lines, line)
+		buf.Write(line)
+		buf.WriteByte('\n')
+	}
+	path = filepath.Join(t.TempDir(), "in.jsonl")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path, lines
+}
+
+// expectedScan returns what scan prints for the first n lines of a stream.
+func expectedScan(t *testing.T, lines [][]byte, n int) string {
+	t.Helper()
+	var in bytes.Buffer
+	for _, l := range lines[:n] {
+		in.Write(l)
+		in.WriteByte('\n')
+	}
+	dec, err := changelog.NewDecoder(&in, changelog.ChangelogJSON, cliSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, _ := deltawriter.NewKeyCodec(cliSchema)
+	state := map[string][]any{}
+	for {
+		rec, err := dec.Next()
+		if err != nil {
+			break
+		}
+		for _, ch := range rec.Changes {
+			k, _ := kc.Append(nil, ch.Row)
+			if ch.Op.IsDelete() {
+				delete(state, string(k))
+			} else {
+				state[string(k)] = ch.Row
+			}
+		}
+	}
+	keys := make([]string, 0, len(state))
+	for k := range state {
+		keys = append(keys, k)
+	}
+	slicesSort(keys)
+	enc, _ := changelog.NewEncoder(cliSchema)
+	var out bytes.Buffer
+	for _, k := range keys {
+		b, _ := enc.AppendChangelogJSON(nil, deltawriter.Change{Op: deltawriter.Insert, Row: state[k]})
+		out.Write(b)
+		out.WriteByte('\n')
+	}
+	return out.String()
+}
+
+func writeSchema(t *testing.T) string {
+	t.Helper()
+	b, err := cliSchema.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "schema.json")
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// committedLine reads the input position of the sink's last commit.
+func committedLine(t *testing.T, wh string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	w, err := warehouse.Open(ctx, wh, warehouse.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	cm, err := commit.NewCommitter(ctx, w.Catalog, []string{"db", "t"}, "icesink")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, ok := cm.Last()
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.ParseInt(last.Properties[commit.PropInputPosition], 10, 64)
+	return n
+}
+
+func TestBadInputCommitsNothingPartial(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	in, lines := stream(t, rng, 2600, 200)
+	bad := []struct{ line, want string }{
+		{`{"op":"+I","data":{"id":1,"name":"x"}}`, `field "v"`},
+		{`{"op":"+X","data":{"id":1,"v":1}}`, `unknown op`},
+		{`{"op":"+I","data":{"id":"one","v":1}}`, `field "id"`},
+		{`{"op":"+I","data":{"id":1,"v":1,"nope":2}}`, `field "nope"`},
+		{`{"op":"+I","data":{"id":1.5,"v":1}}`, `field "id"`},
+		{`{"op":"-D","data":{"name":"x"}}`, `field "id"`},
+		{`{"op":"+I","data":`, `line 2501`},
+	}
+	schema := writeSchema(t)
+	for i, b := range bad {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			data, _ := os.ReadFile(in)
+			parts := bytes.SplitAfter(data, []byte("\n"))
+			var mod bytes.Buffer
+			for j, p := range parts {
+				if j == 2500 {
+					mod.WriteString(b.line + "\n")
+				}
+				mod.Write(p)
+			}
+			path := filepath.Join(t.TempDir(), "bad.jsonl")
+			os.WriteFile(path, mod.Bytes(), 0o644)
+			wh := t.TempDir()
+			_, stderr, code := icesink(t, "run", "--warehouse", wh, "--table", "db.t", "--schema", schema, "--input", path, "--checkpoint-rows", "700", "--quiet")
+			if code != 1 {
+				t.Fatalf("exit code %d, want 1; stderr: %s", code, stderr)
+			}
+			if !strings.Contains(stderr, "line 2501") || !strings.Contains(stderr, b.want) {
+				t.Errorf("stderr %q does not name line 2501 and %q", stderr, b.want)
+			}
+			// The table holds exactly the committed prefix.
+			n := committedLine(t, wh)
+			if n <= 0 || n >= 2501 {
+				t.Fatalf("committed line %d, want a checkpoint before the bad line", n)
+			}
+			if !strings.Contains(stderr, fmt.Sprintf("input up to line %d", n)) {
+				t.Errorf("stderr does not report the committed position %d: %s", n, stderr)
+			}
+			got, _, _ := icesink(t, "scan", "--warehouse", wh, "--table", "db.t")
+			if want := expectedScan(t, lines, int(n)); got != want {
+				t.Errorf("table after the bad line differs from the committed prefix (%d lines)", n)
+			}
+			if orphans := uncommittedFiles(t, wh); len(orphans) > 0 {
+				t.Errorf("files of the aborted window remain: %v", orphans)
+			}
+		})
+	}
+}
+
+// uncommittedFiles lists Parquet files under the warehouse that no
+// snapshot of the table references.
+func uncommittedFiles(t *testing.T, wh string) []string {
+	t.Helper()
+	ctx := context.Background()
+	w, err := warehouse.Open(ctx, wh, warehouse.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	tbl, err := w.Catalog.LoadTable(ctx, []string{"db", "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	referenced := map[string]bool{}
+	fs, _ := tbl.FS(ctx)
+	for _, s := range tbl.Metadata().Snapshots() {
+		mans, err := s.Manifests(fs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range mans {
+			for e, err := range m.Entries(fs, false) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				referenced[strings.TrimPrefix(e.DataFile().FilePath(), "file://")] = true
+			}
+		}
+	}
+	var out []string
+	filepath.Walk(wh, func(p string, info os.FileInfo, err error) error {
+		if err == nil && strings.HasSuffix(p, ".parquet") && !referenced[p] {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out
+}
+
+// TestCrashAndRerun kills the run with SIGKILL at random moments, reruns
+// the same command each time, and checks that the final table equals an
+// uninterrupted run's and that no epoch was committed twice.
+func TestCrashAndRerun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test")
+	}
+	rng := rand.New(rand.NewPCG(11, 11))
+	in, lines := stream(t, rng, 30000, 3000)
+	schema := writeSchema(t)
+	wh := t.TempDir()
+	args := []string{"run", "--warehouse", wh, "--table", "db.t", "--schema", schema, "--input", in, "--checkpoint-rows", "1000", "--quiet"}
+	kills := 0
+	for attempt := 0; attempt < 40; attempt++ {
+		cmd := exec.Command(binary, args...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		var err error
+		if attempt < 6 {
+			select {
+			case err = <-done:
+			case <-time.After(time.Duration(50+rng.IntN(600)) * time.Millisecond):
+				cmd.Process.Signal(syscall.SIGKILL)
+				<-done
+				kills++
+				continue
+			}
+		} else {
+			err = <-done
+		}
+		if err != nil {
+			t.Fatalf("run %d failed: %v\n%s", attempt, err, stderr.String())
+		}
+		break
+	}
+	t.Logf("killed %d runs", kills)
+	if n := committedLine(t, wh); n != int64(len(lines)) {
+		t.Fatalf("committed line %d, want %d", n, len(lines))
+	}
+	got, _, _ := icesink(t, "scan", "--warehouse", wh, "--table", "db.t")
+	if want := expectedScan(t, lines, len(lines)); got != want {
+		t.Errorf("table after crashes and reruns differs from the stream's final state")
+	}
+	snaps, _, _ := icesink(t, "snapshots", "--warehouse", wh, "--table", "db.t")
+	seen := map[string]bool{}
+	prev := -1
+	for _, l := range strings.Split(snaps, "\n")[1:] {
+		f := strings.Fields(l)
+		if len(f) < 4 {
+			continue
+		}
+		if seen[f[3]] {
+			t.Errorf("epoch %s committed twice", f[3])
+		}
+		seen[f[3]] = true
+		e, _ := strconv.Atoi(f[3])
+		if e <= prev {
+			t.Errorf("epoch %d after %d", e, prev)
+		}
+		prev = e
+	}
+}

@@ -1,0 +1,5 @@
+package main
+
+import "slices"
+
+func slicesSort(s []string) { slices.Sort(s) }
