@@ -1,75 +1,296 @@
 package dedup
 
-import "fmt"
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/icesink/icesink/spill"
+)
 
 // Options configure an Index.
 type Options struct {
-	// MemoryLimit is the byte budget of the memory tier. Zero means
-	// unbounded: the index never spills (what today's writers do).
+	// MemoryLimit is the byte budget of the index: its memory tier plus
+	// what the spill runs hold in memory (block index, bloom filter, read
+	// cache). When the memory tier would grow past its share, it is
+	// written to disk as a sorted run and emptied. Zero means unbounded:
+	// the index never spills (what today's writers do).
 	MemoryLimit int64
+	// CacheBytes is the spill read cache's share of MemoryLimit.
+	// Default MemoryLimit/8.
+	CacheBytes int64
+	// SpillDir is the folder under which the index takes a private
+	// subfolder for its runs. Default: the OS temp dir.
+	SpillDir string
+	// FS is the file system of the spill runs. Default: the OS's.
+	FS spill.FS
+	// FanIn is the number of runs that triggers a compaction. Default 8.
+	FanIn int
 }
 
 // Stats are counters of an Index over its lifetime.
 type Stats struct {
 	// Keys is the number of keys in the memory tier now.
 	Keys int
-	// PeakMemoryBytes is the most memory the index held at once.
+	// MemoryBytes is what the index holds in memory now; PeakMemoryBytes
+	// the most it held at once.
+	MemoryBytes     int64
 	PeakMemoryBytes int64
-	// LookupsMemory counts lookups answered by the memory tier (hit or a
-	// definite miss with nothing spilled).
+	// Spills is the number of runs written from the memory tier,
+	// SpilledBytes their size; Compactions and RunsCompacted count merges
+	// and their inputs.
+	Spills        int64
+	SpilledBytes  int64
+	Compactions   int64
+	RunsCompacted int64
+	// Lookups split by where they were answered: the memory tier, a bloom
+	// filter or range check (no block read), the block cache, the disk.
 	LookupsMemory int64
+	LookupsFilter int64
+	LookupsCache  int64
+	LookupsDisk   int64
 }
 
-// Index maps each key touched in the window to its State. It is not safe
-// for concurrent use.
+// Index maps each key touched in the window to its State: a memory tier
+// first, then spilled runs newest to oldest. It is not safe for
+// concurrent use.
 type Index struct {
 	opts  Options
 	mem   memtable
+	set   *spill.Set // nil until the first spill
 	stats Stats
+	val   []byte
+	// last remembers the memory-tier slot of the latest Get, so that the
+	// Put that follows it does not probe again.
+	last struct {
+		valid bool
+		hash  uint64
+		slot  int
+		found bool
+	}
+	// cacheCap is the spill block cache's capacity (0: no cache) and
+	// reserve what the index keeps free for it: capacity plus ristretto's
+	// fixed structures.
+	cacheCap, reserve int64
 }
+
+// cacheOverhead is ristretto's fixed cost beside the cached blocks.
+const cacheOverhead = 320 << 10
 
 // New returns an empty index.
 func New(opts Options) (*Index, error) {
-	if opts.MemoryLimit < 0 {
-		return nil, fmt.Errorf("dedup: negative memory limit %d", opts.MemoryLimit)
+	if opts.MemoryLimit < 0 || opts.CacheBytes < 0 {
+		return nil, fmt.Errorf("dedup: negative memory limit %d or cache size %d", opts.MemoryLimit, opts.CacheBytes)
 	}
-	return &Index{opts: opts}, nil
+	ix := &Index{opts: opts}
+	if opts.MemoryLimit > 0 {
+		if ix.opts.CacheBytes == 0 {
+			ix.opts.CacheBytes = opts.MemoryLimit / 8
+		}
+		if ix.opts.CacheBytes >= 1<<20 {
+			ix.cacheCap = ix.opts.CacheBytes - cacheOverhead
+			ix.reserve = ix.opts.CacheBytes
+		}
+		if opts.MemoryLimit-ix.reserve < 64<<10 {
+			return nil, fmt.Errorf("dedup: memory limit %d leaves %d bytes for the memory tier, less than 64 KiB", opts.MemoryLimit, opts.MemoryLimit-ix.reserve)
+		}
+	}
+	return ix, nil
 }
 
 // Get returns the state of key in the window; ok is false when the key was
 // not touched since the last Reset.
-func (ix *Index) Get(hash uint64, key []byte) (s State, ok bool, err error) {
-	ix.stats.LookupsMemory++
-	s, ok = ix.mem.get(hash, key)
-	return s, ok, nil
+func (ix *Index) Get(hash uint64, key []byte) (State, bool, error) {
+	slot, found := ix.mem.find(hash, key)
+	ix.last.valid, ix.last.hash, ix.last.slot, ix.last.found = true, hash, slot, found
+	if found {
+		ix.stats.LookupsMemory++
+		e := &ix.mem.entries[ix.mem.slots[slot]-1]
+		return unpack(e.file, e.pos), true, nil
+	}
+	if ix.set == nil {
+		ix.stats.LookupsMemory++
+		return State{}, false, nil
+	}
+	v, ok, src, err := ix.set.Get(hash, key)
+	if err != nil {
+		return State{}, false, fmt.Errorf("dedup: looking up a spilled key: %w", err)
+	}
+	switch src {
+	case spill.SourceCache:
+		ix.stats.LookupsCache++
+	case spill.SourceDisk:
+		ix.stats.LookupsDisk++
+	default:
+		ix.stats.LookupsFilter++
+	}
+	if !ok {
+		return State{}, false, nil
+	}
+	s, err := decodeValue(v)
+	if err != nil {
+		return State{}, false, fmt.Errorf("dedup: run in %s: %w", ix.set.Dir(), err)
+	}
+	return s, true, nil
 }
 
-// Put records the state of key.
+// Put records the state of key. It may first spill the memory tier to
+// keep the index under its budget.
 func (ix *Index) Put(hash uint64, key []byte, s State) error {
-	if !ix.mem.put(hash, key, s) {
-		return fmt.Errorf("dedup: memory tier holds %d key bytes, the most it can", len(ix.mem.arena))
+	slot, found := -1, false
+	if ix.last.valid && ix.last.hash == hash && ix.last.slot >= 0 {
+		slot, found = ix.last.slot, ix.last.found
+		if found {
+			e := &ix.mem.entries[ix.mem.slots[slot]-1]
+			if !bytes.Equal(ix.mem.key(e), key) {
+				slot, found = ix.mem.find(hash, key)
+			}
+		} else if ix.mem.slots[slot] != 0 {
+			slot, found = ix.mem.find(hash, key)
+		}
+	} else {
+		slot, found = ix.mem.find(hash, key)
 	}
-	if b := ix.mem.bytes(); b > ix.stats.PeakMemoryBytes {
+	ix.last.valid = false
+	if found {
+		ix.mem.setAt(slot, s)
+		return nil
+	}
+	if ix.opts.MemoryLimit > 0 && ix.mem.len() > 0 && ix.overBudget(len(key)) {
+		if err := ix.spill(); err != nil {
+			return err
+		}
+		slot = -1
+	}
+	if !ix.mem.insert(slot, hash, key, s) {
+		if ix.opts.MemoryLimit == 0 {
+			return fmt.Errorf("dedup: memory tier holds %d key bytes, the most it can", len(ix.mem.arena))
+		}
+		if err := ix.spill(); err != nil {
+			return err
+		}
+		ix.mem.insert(-1, hash, key, s)
+	}
+	if b := ix.MemoryBytes(); b > ix.stats.PeakMemoryBytes {
 		ix.stats.PeakMemoryBytes = b
 	}
 	return nil
 }
 
+// overBudget reports whether adding a key of keyLen bytes to the memory
+// tier could take the index past its limit: the tier's growth, the runs'
+// in-memory index and filters, and the room kept for the block cache.
+func (ix *Index) overBudget(keyLen int) bool {
+	n := ix.mem.bytes() + ix.mem.growthBytes(keyLen) + ix.reserve
+	if ix.set != nil {
+		n += ix.set.MemoryBytes()
+	}
+	return n > ix.opts.MemoryLimit
+}
+
+// spill writes the memory tier as the newest run and empties it.
+func (ix *Index) spill() error {
+	if ix.set == nil {
+		dir := ix.opts.SpillDir
+		if dir == "" {
+			dir = os.TempDir()
+		}
+		set, err := spill.OpenSet(dir, spill.SetOptions{
+			FS:        ix.opts.FS,
+			CacheSize: cacheSize(ix.cacheCap),
+			FanIn:     ix.opts.FanIn,
+			Drop:      droppable,
+		})
+		if err != nil {
+			return fmt.Errorf("dedup: opening the spill folder under %s: %w", dir, err)
+		}
+		ix.set = set
+	}
+	entries := func(yield func(spill.Entry) bool) {
+		ix.mem.eachSorted(func(hash uint64, key []byte, s State) bool {
+			ix.val = appendValue(ix.val[:0], s)
+			return yield(spill.Entry{Hash: hash, Key: key, Value: ix.val})
+		})
+	}
+	_, err := ix.set.Flush(ix.mem.len(), entries)
+	if err != nil && !errors.Is(err, spill.ErrCompaction) {
+		return fmt.Errorf("dedup: spilling %d keys: %w", ix.mem.len(), err)
+	}
+	ix.mem.clear()
+	if ix.overBudget(0) {
+		// The new run's index and filter took room the tier's allocation
+		// held: give the allocation back.
+		ix.mem.reset()
+	}
+	if err != nil {
+		return fmt.Errorf("dedup: compacting spill runs: %w", err)
+	}
+	return nil
+}
+
+func cacheSize(c int64) int64 {
+	if c <= 0 {
+		return -1 // no cache
+	}
+	return c
+}
+
+// droppable reports whether a spilled state says nothing an absent key
+// would not: no row in the window and no equality delete written.
+func droppable(v []byte) bool {
+	s, err := decodeValue(v)
+	return err == nil && !s.HasRow && !s.EqDeleted
+}
+
 // MemoryBytes returns the bytes the index holds in memory now.
-func (ix *Index) MemoryBytes() int64 { return ix.mem.bytes() }
+func (ix *Index) MemoryBytes() int64 {
+	n := ix.mem.bytes()
+	if ix.set != nil {
+		n += ix.set.MemoryBytes()
+	}
+	return n
+}
 
 // Stats returns the index's counters.
 func (ix *Index) Stats() Stats {
 	s := ix.stats
 	s.Keys = ix.mem.len()
+	s.MemoryBytes = ix.MemoryBytes()
+	if ix.set != nil {
+		ss := ix.set.Stats()
+		s.Spills = ss.Flushes
+		s.SpilledBytes = ss.FlushedBytes
+		s.Compactions = ss.Compactions
+		s.RunsCompacted = ss.CompactedRuns
+	}
 	return s
 }
 
-// Reset forgets every key: the window was committed or aborted.
+// Reset forgets every key: the window was committed or aborted. Spill runs
+// are deleted; the memory tier keeps its allocation for the next window.
 func (ix *Index) Reset() error {
-	ix.mem.reset()
+	ix.mem.clear()
+	ix.last.valid = false
+	if ix.set != nil {
+		if err := ix.set.Reset(); err != nil {
+			return fmt.Errorf("dedup: deleting spill runs: %w", err)
+		}
+	}
 	return nil
 }
 
-// Close releases the index's resources.
-func (ix *Index) Close() error { return ix.Reset() }
+// Close releases the index's memory and deletes its spill folder.
+func (ix *Index) Close() error {
+	ix.mem.reset()
+	ix.last.valid = false
+	if ix.set == nil {
+		return nil
+	}
+	set := ix.set
+	ix.set = nil
+	if err := set.Close(); err != nil {
+		return fmt.Errorf("dedup: removing the spill folder: %w", err)
+	}
+	return nil
+}

@@ -6,7 +6,7 @@ import (
 	"slices"
 )
 
-// memEntry is one key of the memory tier: 24 bytes plus the key bytes in
+// memEntry is one key of the memory tier: 24 bytes, plus the key bytes in
 // the arena and 4/0.75 bytes of slot.
 type memEntry struct {
 	hash   uint64
@@ -16,13 +16,14 @@ type memEntry struct {
 	pos    uint32
 }
 
-// memtable is an open-addressing hash table from key to State with keys
-// stored in one byte arena. Entries are never removed, only overwritten,
-// so a deleted key stays as a state without a row (a tombstone).
+// memtable is an open-addressing hash table (linear probing) from key to
+// State, with keys stored in one byte arena. Entries are never removed,
+// only overwritten: a deleted key stays as a state without a row.
 type memtable struct {
-	slots   []uint32 // entry index + 1; 0 is empty
+	slots   []uint32 // entry index + 1; 0 is empty; len is a power of two
 	entries []memEntry
 	arena   []byte
+	order   []uint32 // scratch for eachSorted
 }
 
 const maxArena = 1<<32 - 1
@@ -31,15 +32,16 @@ func (m *memtable) len() int { return len(m.entries) }
 
 // bytes is the memory the table holds: the capacity of its slices.
 func (m *memtable) bytes() int64 {
-	return int64(cap(m.slots))*4 + int64(cap(m.entries))*24 + int64(cap(m.arena))
+	return int64(cap(m.slots))*4 + int64(cap(m.entries))*24 + int64(cap(m.arena)) + int64(cap(m.order))*4
 }
 
 // growthBytes is how many bytes the table would add to hold one more key
-// of keyLen bytes, counting a slice that has to grow.
+// of keyLen bytes, counting a slice that has to grow (append doubles
+// small slices and grows large ones by about 1.25x; we count 2x).
 func (m *memtable) growthBytes(keyLen int) int64 {
 	var g int64
 	if len(m.entries) == cap(m.entries) {
-		g += int64(max(cap(m.entries), 256)) * 24
+		g += int64(max(cap(m.entries), 256)) * 28 // the entry, and its slot in the sort order of a spill
 	}
 	if len(m.arena)+keyLen > cap(m.arena) {
 		g += int64(max(cap(m.arena), keyLen, 4096))
@@ -50,8 +52,10 @@ func (m *memtable) growthBytes(keyLen int) int64 {
 	return g
 }
 
+func (m *memtable) key(e *memEntry) []byte { return m.arena[e.keyOff : e.keyOff+e.keyLen] }
+
 // find returns the slot index for key: either the slot holding it (found)
-// or the empty slot where it would go.
+// or the empty slot where it would go (-1 when the table has no slots).
 func (m *memtable) find(hash uint64, key []byte) (int, bool) {
 	if len(m.slots) == 0 {
 		return -1, false
@@ -69,6 +73,32 @@ func (m *memtable) find(hash uint64, key []byte) (int, bool) {
 	}
 }
 
+// setAt overwrites the state in a slot that find reported found.
+func (m *memtable) setAt(slot int, s State) {
+	e := &m.entries[m.slots[slot]-1]
+	e.file, e.pos = s.pack()
+}
+
+// insert adds a key that is not in the table at slot (as find returned
+// it; -1 to look it up). It returns false when the arena is full.
+func (m *memtable) insert(slot int, hash uint64, key []byte, s State) bool {
+	if len(m.arena)+len(key) > maxArena {
+		return false
+	}
+	if slot < 0 || (len(m.entries)+1)*4 > len(m.slots)*3 {
+		if (len(m.entries)+1)*4 > len(m.slots)*3 {
+			m.rehash(max(len(m.slots)*2, 1024))
+		}
+		slot, _ = m.find(hash, key)
+	}
+	f, p := s.pack()
+	off := len(m.arena)
+	m.arena = append(m.arena, key...)
+	m.entries = append(m.entries, memEntry{hash: hash, keyOff: uint32(off), keyLen: uint32(len(key)), file: f, pos: p})
+	m.slots[slot] = uint32(len(m.entries))
+	return true
+}
+
 func (m *memtable) get(hash uint64, key []byte) (State, bool) {
 	i, ok := m.find(hash, key)
 	if !ok {
@@ -78,31 +108,22 @@ func (m *memtable) get(hash uint64, key []byte) (State, bool) {
 	return unpack(e.file, e.pos), true
 }
 
-// put sets the state of key. It returns false when the arena is full.
 func (m *memtable) put(hash uint64, key []byte, s State) bool {
-	f, p := s.pack()
 	i, ok := m.find(hash, key)
 	if ok {
-		e := &m.entries[m.slots[i]-1]
-		e.file, e.pos = f, p
+		m.setAt(i, s)
 		return true
 	}
-	if len(m.arena)+len(key) > maxArena {
-		return false
-	}
-	if (len(m.entries)+1)*4 > len(m.slots)*3 {
-		m.rehash(max(len(m.slots)*2, 1024))
-		i, _ = m.find(hash, key)
-	}
-	off := len(m.arena)
-	m.arena = append(m.arena, key...)
-	m.entries = append(m.entries, memEntry{hash: hash, keyOff: uint32(off), keyLen: uint32(len(key)), file: f, pos: p})
-	m.slots[i] = uint32(len(m.entries))
-	return true
+	return m.insert(i, hash, key, s)
 }
 
 func (m *memtable) rehash(n int) {
-	m.slots = make([]uint32, n)
+	if cap(m.slots) >= n {
+		m.slots = m.slots[:n]
+		clear(m.slots)
+	} else {
+		m.slots = make([]uint32, n)
+	}
 	mask := uint64(n - 1)
 	for idx := range m.entries {
 		i := m.entries[idx].hash & mask
@@ -113,26 +134,33 @@ func (m *memtable) rehash(n int) {
 	}
 }
 
-// sorted calls fn for every entry in (hash, key) order.
-func (m *memtable) sorted(fn func(hash uint64, key []byte, s State) error) error {
-	order := make([]uint32, len(m.entries))
-	for i := range order {
-		order[i] = uint32(i)
+// eachSorted calls fn for every entry in (hash, key) order until fn
+// returns false.
+func (m *memtable) eachSorted(fn func(hash uint64, key []byte, s State) bool) {
+	m.order = slices.Grow(m.order[:0], len(m.entries))[:len(m.entries)]
+	for i := range m.order {
+		m.order[i] = uint32(i)
 	}
-	slices.SortFunc(order, func(a, b uint32) int {
+	slices.SortFunc(m.order, func(a, b uint32) int {
 		ea, eb := &m.entries[a], &m.entries[b]
 		if c := cmp.Compare(ea.hash, eb.hash); c != 0 {
 			return c
 		}
-		return bytes.Compare(m.arena[ea.keyOff:ea.keyOff+ea.keyLen], m.arena[eb.keyOff:eb.keyOff+eb.keyLen])
+		return bytes.Compare(m.key(ea), m.key(eb))
 	})
-	for _, i := range order {
+	for _, i := range m.order {
 		e := &m.entries[i]
-		if err := fn(e.hash, m.arena[e.keyOff:e.keyOff+e.keyLen], unpack(e.file, e.pos)); err != nil {
-			return err
+		if !fn(e.hash, m.key(e), unpack(e.file, e.pos)) {
+			return
 		}
 	}
-	return nil
+}
+
+// clear drops every entry and keeps the allocations for reuse.
+func (m *memtable) clear() {
+	clear(m.slots)
+	m.entries = m.entries[:0]
+	m.arena = m.arena[:0]
 }
 
 // reset drops every entry and frees the memory.

@@ -189,32 +189,65 @@ func randomStream(rng *rand.Rand, n, nkeys int) []deltawriter.Change {
 	return out
 }
 
+// budgets are the memory limits every correctness test runs under: the
+// unbounded index of today's writers, a tiny budget under which nearly
+// every lookup goes to disk, and a huge one that never spills.
+var budgets = []struct {
+	name   string
+	limit  int64
+	spills bool // the tests' streams must spill under it
+}{
+	{"unbounded", 0, false},
+	{"tiny", 128 << 10, true},
+	{"huge", 1 << 30, false},
+}
+
+// checkSpilled fails the test when a budget meant to spill did not, so a
+// tiny-budget run cannot pass without exercising the spill path.
+func checkSpilled(t *testing.T, w *deltawriter.Writer, spills bool) {
+	t.Helper()
+	st := w.Stats()
+	if spills && st.Index.Spills == 0 {
+		t.Errorf("the tiny budget never spilled the index (%+v)", st.Index)
+	}
+	if !spills && st.Index.Spills != 0 {
+		t.Errorf("the index spilled %d times without a tight budget", st.Index.Spills)
+	}
+}
+
 func TestUpsertRandomAgainstModel(t *testing.T) {
-	for seed := uint64(1); seed <= 4; seed++ {
-		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, 0))
-			e := newEnv(t, simpleSchema, nil)
-			m := newModel(t, simpleSchema)
-			ctx := context.Background()
-			w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close(ctx)
-			epoch := uint64(0)
-			for _, ch := range randomStream(rng, 3000, 300) {
-				if err := w.Write(ctx, ch); err != nil {
-					t.Fatal(err)
-				}
-				m.apply(ch)
-				if rng.IntN(400) == 0 {
-					epoch++
-					e.commitWindow(w, epoch)
-				}
-			}
+	for _, b := range budgets {
+		for seed := uint64(1); seed <= 3; seed++ {
+			t.Run(fmt.Sprint(b.name, "/seed", seed), func(t *testing.T) {
+				testUpsertRandom(t, seed, b.limit, b.spills)
+			})
+		}
+	}
+}
+
+func testUpsertRandom(t *testing.T, seed uint64, limit int64, spills bool) {
+	rng := rand.New(rand.NewPCG(seed, 0))
+	e := newEnv(t, simpleSchema, nil)
+	m := newModel(t, simpleSchema)
+	ctx := context.Background()
+	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, MemoryLimit: limit, SpillDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	epoch := uint64(0)
+	for _, ch := range randomStream(rng, 12000, 4000) {
+		if err := w.Write(ctx, ch); err != nil {
+			t.Fatal(err)
+		}
+		m.apply(ch)
+		if rng.IntN(3000) == 0 {
 			epoch++
 			e.commitWindow(w, epoch)
-			m.check(t, e.tbl)
-		})
+		}
 	}
+	checkSpilled(t, w, spills)
+	epoch++
+	e.commitWindow(w, epoch)
+	m.check(t, e.tbl)
 }

@@ -41,39 +41,42 @@ func TestPartitionedAgainstModel(t *testing.T) {
 		),
 	}
 	regions := []string{"eu-west", "eu-north", "us-east", "ap-south"}
-	for name, spec := range specs {
-		t.Run(name, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(3, 3))
-			e := newEnv(t, partSchema, &spec)
-			m := newModel(t, partSchema)
-			ctx := context.Background()
-			w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 50})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close(ctx)
-			epoch := uint64(0)
-			for i := 0; i < 3000; i++ {
-				k := rng.IntN(200)
-				row := []any{int64(k), regions[k%4], int64(k%9) * 5_000_000_000_000, fmt.Sprint("v", rng.IntN(1000))}
-				op := deltawriter.UpdateAfter
-				if rng.IntN(4) == 0 {
-					op = deltawriter.Delete
-				}
-				ch := deltawriter.Change{Op: op, Row: row}
-				if err := w.Write(ctx, ch); err != nil {
+	for _, b := range budgets {
+		for name, spec := range specs {
+			t.Run(b.name+"/"+name, func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(3, 3))
+				e := newEnv(t, partSchema, &spec)
+				m := newModel(t, partSchema)
+				ctx := context.Background()
+				w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 50, MemoryLimit: b.limit, SpillDir: t.TempDir()})
+				if err != nil {
 					t.Fatal(err)
 				}
-				m.apply(ch)
-				if rng.IntN(500) == 0 {
-					epoch++
-					e.commitWindow(w, epoch)
+				defer w.Close(ctx)
+				epoch := uint64(0)
+				for i := 0; i < 6000; i++ {
+					k := rng.IntN(3000)
+					row := []any{int64(k), regions[k%4], int64(k%9) * 5_000_000_000_000, fmt.Sprint("v", rng.IntN(1000))}
+					op := deltawriter.UpdateAfter
+					if rng.IntN(4) == 0 {
+						op = deltawriter.Delete
+					}
+					ch := deltawriter.Change{Op: op, Row: row}
+					if err := w.Write(ctx, ch); err != nil {
+						t.Fatal(err)
+					}
+					m.apply(ch)
+					if rng.IntN(3000) == 0 {
+						epoch++
+						e.commitWindow(w, epoch)
+					}
 				}
-			}
-			epoch++
-			e.commitWindow(w, epoch)
-			m.check(t, e.tbl)
-		})
+				checkSpilled(t, w, b.spills)
+				epoch++
+				e.commitWindow(w, epoch)
+				m.check(t, e.tbl)
+			})
+		}
 	}
 }
 

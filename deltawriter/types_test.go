@@ -51,53 +51,56 @@ func allTypesRow(rng *rand.Rand, k int) []any {
 }
 
 func TestCompositeKeysAllTypesAgainstModel(t *testing.T) {
-	for _, mode := range []deltawriter.Mode{deltawriter.Upsert, deltawriter.Changelog} {
-		t.Run(fmt.Sprint("mode", mode), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(7, uint64(mode)))
-			e := newEnv(t, allTypesSchema, nil)
-			m := newModel(t, allTypesSchema)
-			ctx := context.Background()
-			w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{Mode: mode, SinkID: "test", BatchRows: 100})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close(ctx)
-			live := map[int]bool{}
-			epoch := uint64(0)
-			for i := 0; i < 4000; i++ {
-				k := rng.IntN(600)
-				row := allTypesRow(rng, k)
-				var chs []deltawriter.Change
-				switch {
-				case mode == deltawriter.Changelog && live[k] && rng.IntN(3) > 0:
-					// A trusted update: -U then +U.
-					chs = []deltawriter.Change{{Op: deltawriter.UpdateBefore, Row: row}, {Op: deltawriter.UpdateAfter, Row: row}}
-				case mode == deltawriter.Changelog && live[k]:
-					chs = []deltawriter.Change{{Op: deltawriter.Delete, Row: row}}
-					live[k] = false
-				case mode == deltawriter.Changelog:
-					chs = []deltawriter.Change{{Op: deltawriter.Insert, Row: row}}
-					live[k] = true
-				case rng.IntN(4) == 0:
-					chs = []deltawriter.Change{{Op: deltawriter.Delete, Row: row}}
-				default:
-					chs = []deltawriter.Change{{Op: deltawriter.UpdateAfter, Row: row}}
+	for _, b := range budgets {
+		for _, mode := range []deltawriter.Mode{deltawriter.Upsert, deltawriter.Changelog} {
+			t.Run(fmt.Sprint(b.name, "/mode", mode), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(7, uint64(mode)))
+				e := newEnv(t, allTypesSchema, nil)
+				m := newModel(t, allTypesSchema)
+				ctx := context.Background()
+				w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{Mode: mode, SinkID: "test", BatchRows: 100, MemoryLimit: b.limit, SpillDir: t.TempDir()})
+				if err != nil {
+					t.Fatal(err)
 				}
-				for _, ch := range chs {
-					if err := w.Write(ctx, ch); err != nil {
-						t.Fatal(err)
+				defer w.Close(ctx)
+				live := map[int]bool{}
+				epoch := uint64(0)
+				for i := 0; i < 8000; i++ {
+					k := rng.IntN(3000)
+					row := allTypesRow(rng, k)
+					var chs []deltawriter.Change
+					switch {
+					case mode == deltawriter.Changelog && live[k] && rng.IntN(3) > 0:
+						// A trusted update: -U then +U.
+						chs = []deltawriter.Change{{Op: deltawriter.UpdateBefore, Row: row}, {Op: deltawriter.UpdateAfter, Row: row}}
+					case mode == deltawriter.Changelog && live[k]:
+						chs = []deltawriter.Change{{Op: deltawriter.Delete, Row: row}}
+						live[k] = false
+					case mode == deltawriter.Changelog:
+						chs = []deltawriter.Change{{Op: deltawriter.Insert, Row: row}}
+						live[k] = true
+					case rng.IntN(4) == 0:
+						chs = []deltawriter.Change{{Op: deltawriter.Delete, Row: row}}
+					default:
+						chs = []deltawriter.Change{{Op: deltawriter.UpdateAfter, Row: row}}
 					}
-					m.apply(ch)
+					for _, ch := range chs {
+						if err := w.Write(ctx, ch); err != nil {
+							t.Fatal(err)
+						}
+						m.apply(ch)
+					}
+					if rng.IntN(3000) == 0 {
+						epoch++
+						e.commitWindow(w, epoch)
+					}
 				}
-				if rng.IntN(700) == 0 {
-					epoch++
-					e.commitWindow(w, epoch)
-				}
-			}
-			epoch++
-			e.commitWindow(w, epoch)
-			m.check(t, e.tbl)
-		})
+				checkSpilled(t, w, b.spills)
+				epoch++
+				e.commitWindow(w, epoch)
+				m.check(t, e.tbl)
+			})
+		}
 	}
 }
 

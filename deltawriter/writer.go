@@ -75,6 +75,8 @@ type Options struct {
 	// Index configures the inserted-row index. Its memory limit is
 	// derived from MemoryLimit when that is set.
 	Index dedup.Options
+
+	parquetBytes int64 // the open Parquet writers' share of MemoryLimit
 }
 
 func (o Options) withDefaults(props iceberg.Properties) Options {
@@ -89,6 +91,20 @@ func (o Options) withDefaults(props iceberg.Properties) Options {
 	}
 	if o.RowGroupBytes <= 0 {
 		o.RowGroupBytes = 64 << 20
+	}
+	if o.MemoryLimit > 0 {
+		// The budget's shares: half for the inserted-row index (of it a
+		// sixteenth of the whole for the spill read cache), an eighth for
+		// buffered position deletes, a quarter for the open Parquet
+		// writers (a sixteenth per row group), an eighth of headroom for
+		// what the accounting does not see exactly.
+		l := o.MemoryLimit
+		o.Index.MemoryLimit = l / 2
+		o.Index.CacheBytes = l / 16
+		o.Index.SpillDir = o.SpillDir
+		o.DeleteBufferRows = int(max(l/8/8, 1024))
+		o.RowGroupBytes = max(l/16, 256<<10)
+		o.parquetBytes = l / 4
 	}
 	if o.DeleteBufferRows <= 0 {
 		o.DeleteBufferRows = 4 << 20
@@ -110,7 +126,13 @@ type Stats struct {
 	EqualityDeleteFile int
 	EqualityDeletes    int64
 	Commits            int
-	Index              dedup.Stats
+	// PeakAccountedBytes is the most memory the window's accounting saw
+	// at once: index, delete buffers, open Parquet writers, spill cache.
+	PeakAccountedBytes int64
+	// LocalFlushes counts the times the writer closed its open files or
+	// wrote its delete buffer early to stay under its memory budget.
+	LocalFlushes int64
+	Index        dedup.Stats
 }
 
 // Writer is one writer's commit window over a table. It is not safe for
@@ -141,6 +163,7 @@ type Writer struct {
 	files   []*fileInfo
 	done    []commit.File
 	seq     int
+	posDels int // buffered position deletes over all lanes
 	keyBuf  []byte
 	partBuf []byte
 	err     error
@@ -245,6 +268,7 @@ func (w *Writer) resetWindow() {
 	w.files = nil
 	w.done = nil
 	w.seq = 0
+	w.posDels = 0
 }
 
 // Stats returns the writer's counters.
@@ -320,6 +344,66 @@ func (w *Writer) Write(ctx context.Context, ch Change) error {
 	if err := w.index.Put(h, key, st); err != nil {
 		return w.fail(fmt.Errorf("deltawriter: index: %w", err))
 	}
+	if w.stats.Changes&255 == 0 {
+		if err := w.account(); err != nil {
+			return w.fail(err)
+		}
+	}
+	return nil
+}
+
+// account samples the window's memory and, when the open Parquet writers
+// hold more than their share, closes the largest of them (a local flush:
+// the files stay in the window until the commit).
+func (w *Writer) account() error {
+	var pq, dels int64
+	var largest *lane
+	var largestBytes int64
+	for _, ln := range w.lanes {
+		dels += int64(cap(ln.posDel)) * 8
+		var b int64
+		if ln.data != nil {
+			b += ln.data.bufferedBytes()
+		}
+		if ln.eq != nil {
+			b += ln.eq.bufferedBytes()
+		}
+		pq += b
+		if b > largestBytes {
+			largest, largestBytes = ln, b
+		}
+	}
+	total := pq + w.index.MemoryBytes() + dels
+	if total > w.stats.PeakAccountedBytes {
+		w.stats.PeakAccountedBytes = total
+	}
+	for w.opts.parquetBytes > 0 && pq > w.opts.parquetBytes && largest != nil {
+		w.stats.LocalFlushes++
+		if largest.data != nil {
+			if err := w.closeData(largest); err != nil {
+				return err
+			}
+		}
+		if largest.eq != nil {
+			if err := w.closeEq(largest); err != nil {
+				return err
+			}
+		}
+		pq -= largestBytes
+		largest, largestBytes = nil, 0
+		for _, ln := range w.lanes {
+			var b int64
+			if ln.data != nil {
+				b += ln.data.bufferedBytes()
+			}
+			if ln.eq != nil {
+				b += ln.eq.bufferedBytes()
+			}
+			if b > largestBytes {
+				largest, largestBytes = ln, b
+			}
+		}
+	}
 	return nil
 }
 
@@ -382,8 +466,14 @@ func (w *Writer) appendRow(ln *lane, row []any) (dedup.Ref, error) {
 func (w *Writer) positionDelete(ref dedup.Ref) error {
 	ln := w.files[ref.File].lane
 	ln.posDel = append(ln.posDel, uint64(ref.File)<<32|uint64(ref.Pos))
-	if len(ln.posDel) >= w.opts.DeleteBufferRows {
-		return w.flushPositionDeletes(ln)
+	w.posDels++
+	if w.posDels >= w.opts.DeleteBufferRows {
+		w.stats.LocalFlushes++
+		for _, l := range w.lanes {
+			if err := w.flushPositionDeletes(l); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -399,7 +489,7 @@ func (w *Writer) equalityDelete(ln *lane, row []any) error {
 	if _, err := ln.eq.appendRow(row, w.keys.Columns()); err != nil {
 		return fmt.Errorf("deltawriter: %w", err)
 	}
-	if ln.eq.rows >= int64(w.opts.DeleteBufferRows)/4 || ln.eq.size() >= w.opts.TargetFileSize {
+	if ln.eq.size() >= w.opts.TargetFileSize {
 		return w.closeEq(ln)
 	}
 	return nil
@@ -506,6 +596,7 @@ func (w *Writer) flushPositionDeletes(ln *lane) error {
 			return fmt.Errorf("deltawriter: %w", err)
 		}
 	}
+	w.posDels -= len(ln.posDel)
 	ln.posDel = ln.posDel[:0]
 	md, size, err := f.close()
 	if err != nil {
@@ -530,7 +621,8 @@ func (w *Writer) Flush(ctx context.Context) error {
 	return nil
 }
 
-// BufferedBytes estimates the bytes the window holds in memory.
+// BufferedBytes estimates the bytes the window holds in memory: what the
+// memory budget covers.
 func (w *Writer) BufferedBytes() int64 {
 	n := w.index.MemoryBytes()
 	for _, ln := range w.lanes {

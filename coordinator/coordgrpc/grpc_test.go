@@ -1,0 +1,175 @@
+package coordgrpc
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/icesink/icesink/coordinator"
+	"github.com/icesink/icesink/coordinator/internal/jobtest"
+)
+
+// serve starts a coordinator behind a gRPC server on a loopback port.
+func serve(t *testing.T, cfg coordinator.Config, table coordinator.EpochCommitter) (*coordinator.Coordinator, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
+	cfg.Logf = t.Logf
+	c, err := coordinator.Start(ctx, cfg, table, &coordinator.MemStore{},
+		coordinator.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, lis, c) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		_ = c.Close()
+	})
+	return c, lis.Addr().String()
+}
+
+func grpcWriters(t *testing.T, addr string, vnodes, n int, last uint64) []*jobtest.Writer {
+	t.Helper()
+	parts, err := coordinator.SplitVnodes(vnodes, n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := make([]*jobtest.Writer, n)
+	for i, p := range parts {
+		ws[i] = &jobtest.Writer{
+			Vnodes: p,
+			Last:   last,
+			Connect: func(ctx context.Context, vn *roaring.Bitmap) (coordinator.Session, error) {
+				return Dial(ctx, addr, vn, coordinator.WithVnodeCount(vnodes))
+			},
+		}
+	}
+	return ws
+}
+
+func TestGRPCJob(t *testing.T) {
+	table := &jobtest.Table{Delay: time.Millisecond}
+	c, addr := serve(t, coordinator.Config{CommitInterval: 4}, table)
+	ws := grpcWriters(t, addr, c.Vnodes(), 3, 24)
+	ws[0].Pipeline = true
+	ws[2].Bytes = func(e uint64) int64 { return int64(e) * 10 }
+	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
+	defer cancel()
+	if err := jobtest.RunAll(ctx, ws); err != nil {
+		t.Fatal(err)
+	}
+	if err := table.Check(c.Vnodes(), 24); err != nil {
+		t.Fatal(err)
+	}
+	if got := table.Epochs(); len(got) != 6 || got[5] != 24 {
+		t.Fatalf("committed %v, want every 4th epoch up to 24", got)
+	}
+}
+
+// TestGRPCWriterKilledMidEpoch cuts one writer's connection (as a killed
+// process would) in the middle of a window: every other writer is told to
+// abort over its stream, all restart after the last commit, and the table
+// ends up with each commit epoch exactly once.
+func TestGRPCWriterKilledMidEpoch(t *testing.T) {
+	table := &jobtest.Table{}
+	c, addr := serve(t, coordinator.Config{CommitInterval: 5}, table)
+	ws := grpcWriters(t, addr, c.Vnodes(), 3, 15)
+	var mu sync.Mutex
+	conns := map[coordinator.Session]*grpc.ClientConn{}
+	ws[1].Connect = func(ctx context.Context, vn *roaring.Bitmap) (coordinator.Session, error) {
+		cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, err
+		}
+		s, err := Connect(ctx, cc, vn)
+		if err != nil {
+			_ = cc.Close()
+			return nil, err
+		}
+		mu.Lock()
+		conns[s] = cc
+		mu.Unlock()
+		return s, nil
+	}
+	ws[1].KillAt = 7
+	ws[1].Kill = func(s coordinator.Session) {
+		mu.Lock()
+		defer mu.Unlock()
+		_ = conns[s].Close() // no goodbye: the stream just breaks
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
+	defer cancel()
+	if err := jobtest.RunAll(ctx, ws); err != nil {
+		t.Fatal(err)
+	}
+	if err := table.Check(c.Vnodes(), 15); err != nil {
+		t.Fatal(err)
+	}
+	if got := table.Epochs(); len(got) != 3 || got[0] != 5 || got[1] != 10 || got[2] != 15 {
+		t.Fatalf("committed %v, want [5 10 15]", got)
+	}
+	if ws[0].Aborts == 0 || ws[2].Aborts == 0 {
+		t.Fatalf("aborts seen: %d, %d; want both writers told", ws[0].Aborts, ws[2].Aborts)
+	}
+}
+
+func TestGRPCOverlapRefused(t *testing.T) {
+	c, addr := serve(t, coordinator.Config{Vnodes: 8}, &jobtest.Table{})
+	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
+	defer cancel()
+	a, err := Dial(ctx, addr, roaring.BitmapOf(0, 1, 2, 3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	_, err = Dial(ctx, addr, roaring.BitmapOf(3, 4))
+	if !errors.Is(err, coordinator.ErrOverlap) {
+		t.Fatalf("got %v, want ErrOverlap", err)
+	}
+	_, err = Dial(ctx, addr, roaring.BitmapOf(4), coordinator.WithVnodeCount(256))
+	if !errors.Is(err, coordinator.ErrProtocol) {
+		t.Fatalf("got %v, want ErrProtocol for a vnode count mismatch", err)
+	}
+	_ = c
+}
+
+func TestErrorCodesRoundTrip(t *testing.T) {
+	reason := &coordinator.TimeoutError{Epoch: 3, Wait: "alignment", Ticks: 5, Missing: roaring.BitmapOf(1)}
+	abort := &coordinator.AbortError{Resume: 2, Reason: reason}
+	got := decodeError(encodeError(abort))
+	ae, ok := errors.AsType[*coordinator.AbortError](got)
+	if !ok || ae.Resume != 2 || !errors.Is(got, coordinator.ErrTimeout) || got.Error() != abort.Error() {
+		t.Fatalf("abort decoded as %v", got)
+	}
+	for _, tc := range []struct{ err, is error }{
+		{coordinator.ErrRetired, coordinator.ErrRetired},
+		{&coordinator.OverlapError{Vnodes: roaring.BitmapOf(1), Overlap: roaring.BitmapOf(1)}, coordinator.ErrOverlap},
+		{coordinator.ErrProtocol, coordinator.ErrProtocol},
+		{coordinator.ErrFailed, coordinator.ErrFailed},
+		{&coordinator.CommitError{Epoch: 1, Attempts: 2, Err: errors.New("x")}, coordinator.ErrCommitFailed},
+		{context.DeadlineExceeded, context.DeadlineExceeded},
+	} {
+		got := decodeError(encodeError(tc.err))
+		if got.Error() != tc.err.Error() || !errors.Is(got, tc.is) {
+			t.Errorf("%v decoded as %v, which does not match %v", tc.err, got, tc.is)
+		}
+	}
+	if decodeError(encodeError(nil)) != nil {
+		t.Error("nil error did not stay nil")
+	}
+}

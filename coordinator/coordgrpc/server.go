@@ -1,0 +1,142 @@
+package coordgrpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/icesink/icesink/coordinator"
+	"github.com/icesink/icesink/coordinator/coordpb"
+)
+
+// MaxMessageSize is the largest message either side accepts: a payload lists
+// a window's files and their statistics.
+const MaxMessageSize = 256 << 20
+
+type server struct {
+	coordpb.UnimplementedCoordinatorServer
+	c *coordinator.Coordinator
+}
+
+// Register adds the coordinator service for c to s. Use it to serve with
+// your own grpc.Server (TLS, interceptors); give that server
+// grpc.MaxRecvMsgSize(MaxMessageSize) so that large payloads get through.
+func Register(s *grpc.Server, c *coordinator.Coordinator) {
+	coordpb.RegisterCoordinatorServer(s, &server{c: c})
+}
+
+// Serve serves c on lis until ctx is cancelled or c stops, then stops the
+// server, breaking open streams. It returns nil after such a stop.
+func Serve(ctx context.Context, lis net.Listener, c *coordinator.Coordinator, opts ...grpc.ServerOption) error {
+	s := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize)}, opts...)...)
+	Register(s, c)
+	errc := make(chan error, 1)
+	go func() { errc <- s.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	case <-c.Done():
+	}
+	s.Stop()
+	<-errc
+	return nil
+}
+
+// Session serves one writer's stream on top of an in-process session.
+func (s *server) Session(stream coordpb.Coordinator_SessionServer) error {
+	ctx := stream.Context()
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	reg := first.GetRegister()
+	if reg == nil {
+		return status.Error(codes.InvalidArgument, "coordinator: the first message of a session must be a Register")
+	}
+	vnodes := roaring.New()
+	if err := vnodes.UnmarshalBinary(reg.GetVnodes()); err != nil {
+		return status.Errorf(codes.InvalidArgument, "coordinator: bad vnode bitmap: %v", err)
+	}
+	var opts []coordinator.ConnectOption
+	if reg.GetRescale() {
+		opts = append(opts, coordinator.WithRescale())
+	}
+	if n := reg.GetVnodeCount(); n != 0 {
+		opts = append(opts, coordinator.WithVnodeCount(int(n)))
+	}
+	sess, err := s.c.Connect(ctx, vnodes, opts...)
+	if err != nil {
+		return stream.Send(&coordpb.CoordinatorMessage{Msg: &coordpb.CoordinatorMessage_Error{Error: encodeError(err)}})
+	}
+	ls := sess.(*coordinator.LocalSession)
+
+	var sendMu sync.Mutex
+	send := func(m *coordpb.CoordinatorMessage) {
+		sendMu.Lock()
+		defer sendMu.Unlock()
+		_ = stream.Send(m) // a broken stream shows up in Recv
+	}
+	send(&coordpb.CoordinatorMessage{Msg: &coordpb.CoordinatorMessage_Registered{
+		Registered: &coordpb.Registered{Resume: sess.Resume(), WriterId: uint64(ls.Writer())}}})
+
+	var wg sync.WaitGroup
+	handlerDone := make(chan struct{})
+	// Push an abort as soon as it happens, not at the writer's next request.
+	wg.Go(func() {
+		select {
+		case <-ls.Ended():
+			if err := ls.Err(); errors.Is(err, coordinator.ErrAborted) {
+				send(&coordpb.CoordinatorMessage{Msg: &coordpb.CoordinatorMessage_Abort{Abort: &coordpb.Abort{Error: encodeError(err)}}})
+			}
+		case <-handlerDone:
+		}
+	})
+	var recvErr error
+	for {
+		msg, err := stream.Recv()
+		if err != nil {
+			recvErr = err
+			break
+		}
+		switch m := msg.GetMsg().(type) {
+		case *coordpb.WriterMessage_Report:
+			r := m.Report
+			wg.Go(func() {
+				commit, err := sess.Checkpoint(ctx, r.GetEpoch(), r.GetBufferedBytes(), r.GetFinal())
+				send(&coordpb.CoordinatorMessage{Msg: &coordpb.CoordinatorMessage_Decision{
+					Decision: &coordpb.Decision{Epoch: r.GetEpoch(), Commit: commit, Error: encodeError(err)}}})
+			})
+		case *coordpb.WriterMessage_Payload:
+			p := m.Payload
+			wg.Go(func() {
+				err := sess.Commit(ctx, p.GetEpoch(), p.GetData())
+				send(&coordpb.CoordinatorMessage{Msg: &coordpb.CoordinatorMessage_Result{
+					Result: &coordpb.Result{Epoch: p.GetEpoch(), Error: encodeError(err)}}})
+			})
+		default:
+			recvErr = fmt.Errorf("%w: unexpected message %T", coordinator.ErrProtocol, m)
+		}
+		if recvErr != nil {
+			break
+		}
+	}
+	// The writer is gone: a clean end of stream is a Close, anything else a
+	// failure. Either way pending waits end, and so do their goroutines.
+	if errors.Is(recvErr, io.EOF) {
+		_ = ls.Close()
+	} else {
+		_ = ls.CloseWithError(fmt.Errorf("stream: %w", recvErr))
+	}
+	close(handlerDone)
+	wg.Wait()
+	return nil
+}

@@ -1,0 +1,148 @@
+package dedup
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/icesink/icesink/spill"
+)
+
+func keyOf(i int) []byte { return binary.BigEndian.AppendUint64([]byte("key-"), uint64(i)) }
+
+// TestIndexAgainstMap drives indexes with and without a budget through the
+// same random puts and checks every Get against a map.
+func TestIndexAgainstMap(t *testing.T) {
+	for _, limit := range []int64{0, 256 << 10, 1 << 20} {
+		t.Run(fmt.Sprint("limit", limit), func(t *testing.T) {
+			ix, err := New(Options{MemoryLimit: limit, SpillDir: t.TempDir(), FanIn: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ix.Close()
+			rng := rand.New(rand.NewPCG(1, uint64(limit)))
+			model := map[string]State{}
+			for round := 0; round < 3; round++ {
+				for i := 0; i < 60000; i++ {
+					k := keyOf(rng.IntN(40000))
+					h := xxhash.Sum64(k)
+					got, ok, err := ix.Get(h, k)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want, wok := model[string(k)]
+					if wok && !want.HasRow && !want.EqDeleted && !ok {
+						// A state that says nothing an absent key does not
+						// may be dropped by a compaction.
+						wok = false
+					}
+					if ok != wok || (ok && got != want) {
+						t.Fatalf("round %d op %d: Get(%x) = %v %v, want %v %v", round, i, k, got, ok, want, wok)
+					}
+					s := State{Row: Ref{File: uint32(rng.IntN(MaxFile)), Pos: rng.Uint32()}, HasRow: rng.IntN(3) > 0, EqDeleted: rng.IntN(2) == 0}
+					if err := ix.Put(h, k, s); err != nil {
+						t.Fatal(err)
+					}
+					model[string(k)] = s
+					if limit > 0 && ix.MemoryBytes() > limit {
+						t.Fatalf("index holds %d bytes, over its limit %d", ix.MemoryBytes(), limit)
+					}
+				}
+				st := ix.Stats()
+				if limit > 0 && st.Spills == 0 {
+					t.Errorf("a %d-byte budget over 40k keys never spilled", limit)
+				}
+				if limit == 0 && st.Spills != 0 {
+					t.Errorf("an unbounded index spilled")
+				}
+				if err := ix.Reset(); err != nil {
+					t.Fatal(err)
+				}
+				clear(model)
+				if _, ok, _ := ix.Get(xxhash.Sum64(keyOf(1)), keyOf(1)); ok {
+					t.Fatal("a key survived Reset")
+				}
+			}
+			if limit > 0 {
+				st := ix.Stats()
+				if st.LookupsDisk+st.LookupsCache == 0 || st.Compactions == 0 {
+					t.Errorf("stats %+v: want lookups served from runs and compactions", st)
+				}
+			}
+		})
+	}
+}
+
+// Two keys with the same hash stay two keys, in memory and spilled.
+func TestIndexHashCollision(t *testing.T) {
+	ix, err := New(Options{MemoryLimit: 256 << 10, SpillDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	a, b := []byte("a"), []byte("b")
+	const h = 42
+	if err := ix.Put(h, a, State{HasRow: true, Row: Ref{File: 1, Pos: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := ix.Get(h, b); ok {
+		t.Fatal("b found through a's hash")
+	}
+	if err := ix.Put(h, b, State{EqDeleted: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.spill(); err != nil {
+		t.Fatal(err)
+	}
+	sa, _, _ := ix.Get(h, a)
+	sb, _, _ := ix.Get(h, b)
+	if !sa.HasRow || sa.Row.Pos != 1 || sb.HasRow || !sb.EqDeleted {
+		t.Fatalf("after a spill: a=%v b=%v", sa, sb)
+	}
+}
+
+// A full disk during a spill is an error naming the run file; the index
+// keeps what it had spilled before.
+func TestIndexSpillDiskFull(t *testing.T) {
+	fs := spill.NewFaultFS(spill.OSFS{})
+	ix, err := New(Options{MemoryLimit: 256 << 10, SpillDir: t.TempDir(), FS: fs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	put := func(i int) error {
+		k := keyOf(i)
+		h := xxhash.Sum64(k)
+		if _, _, err := ix.Get(h, k); err != nil {
+			return err
+		}
+		return ix.Put(h, k, State{HasRow: true, Row: Ref{Pos: uint32(i)}})
+	}
+	i := 0
+	for ; ix.Stats().Spills == 0; i++ {
+		if err := put(i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs.FailWritesAfter(1000)
+	for ; ; i++ {
+		err := put(i)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "run") {
+			t.Fatalf("spill on a full disk: %v; want ENOSPC naming the run", err)
+		}
+		break
+	}
+	s, ok, err := ix.Get(xxhash.Sum64(keyOf(0)), keyOf(0))
+	if err != nil || !ok || s.Row.Pos != 0 {
+		t.Fatalf("a key spilled before the disk filled: %v %v %v", s, ok, err)
+	}
+}
