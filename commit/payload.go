@@ -55,6 +55,9 @@ type Payload struct {
 	SchemaID      int    `json:"schema_id"`
 	SpecID        int    `json:"spec_id"`
 	FormatVersion int    `json:"format_version"`
+	// InputPosition is the input line the window covers up to (set by the
+	// pipeline that feeds the writer; recorded in the snapshot summary).
+	InputPosition int64  `json:"input_position"`
 	Files         []File `json:"files"`
 }
 

@@ -198,7 +198,7 @@ var budgets = []struct {
 	spills bool // the tests' streams must spill under it
 }{
 	{"unbounded", 0, false},
-	{"tiny", 128 << 10, true},
+	{"tiny", 256 << 10, true},
 	{"huge", 1 << 30, false},
 }
 

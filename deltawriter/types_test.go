@@ -104,16 +104,29 @@ func TestCompositeKeysAllTypesAgainstModel(t *testing.T) {
 	}
 }
 
-// TestLargeSingleWindow writes a window of 120k changes in one commit,
-// updating and deleting keys written early in the window.
+// TestLargeSingleWindow writes one window of a million inserts (fewer
+// under the race detector) and then updates and deletes its first keys,
+// which a tiny budget has spilled to disk by then: the deletes must still
+// find their rows' positions.
 func TestLargeSingleWindow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("large window")
 	}
+	n := int64(1_000_000)
+	if raceEnabled {
+		n = 200_000
+	}
+	// The bloom filters and block indexes of spilled runs stay in memory
+	// (about 1.3 bytes per spilled key), so a million keys need a few MiB.
+	t.Run("unbounded", func(t *testing.T) { testLargeWindow(t, n/4, 0, false) })
+	t.Run("4MiB", func(t *testing.T) { testLargeWindow(t, n, 4<<20, true) })
+}
+
+func testLargeWindow(t *testing.T, n, limit int64, spills bool) {
 	e := newEnv(t, simpleSchema, nil)
 	m := newModel(t, simpleSchema)
 	ctx := context.Background()
-	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", TargetFileSize: 256 << 10})
+	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", TargetFileSize: 1 << 20, MemoryLimit: limit, SpillDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +137,6 @@ func TestLargeSingleWindow(t *testing.T) {
 		}
 		m.apply(ch)
 	}
-	const n = 100_000
 	for k := int64(0); k < n; k++ {
 		apply(deltawriter.Change{Op: deltawriter.Insert, Row: []any{k, "first", k}})
 	}
@@ -138,14 +150,25 @@ func TestLargeSingleWindow(t *testing.T) {
 	for k := int64(0); k < 10_000; k += 3 {
 		apply(deltawriter.Change{Op: deltawriter.Insert, Row: []any{k, "third", k * 3}})
 	}
-	p := e.commitWindow(w, 1)
-	dataFiles, _ := p.Count(1)
-	if dataFiles < 2 {
-		t.Errorf("want the window to roll data files at 256 KiB, got %d data file(s)", dataFiles)
+	st := w.Stats()
+	if limit > 0 && st.PeakAccountedBytes > limit {
+		t.Errorf("peak accounted bytes %d over the budget %d", st.PeakAccountedBytes, limit)
 	}
-	_, eqRows := p.Count(3)
-	if eqRows != n {
+	checkSpilled(t, w, spills)
+	if spills && st.Index.LookupsDisk+st.Index.LookupsCache == 0 {
+		t.Errorf("no lookup was served by a spill run: %+v", st.Index)
+	}
+	p := e.commitWindow(w, 1)
+	// 10,000 updates and deletes of rows written in the window, then
+	// re-inserts of the 1,667 of them that were updated (multiples of 6).
+	if _, pos := p.Count(2); pos != 10_000+1667 {
+		t.Errorf("position deletes = %d, want %d (every delete of a row written in the window)", pos, 10_000+1667)
+	}
+	if _, eqRows := p.Count(3); eqRows != n {
 		t.Errorf("upsert mode wrote %d equality-delete rows for %d first touches, want exactly one per key", eqRows, n)
+	}
+	if dataFiles, _ := p.Count(1); limit == 0 && n >= 100_000 && dataFiles < 2 {
+		t.Errorf("want the window to roll data files at 1 MiB, got %d data file(s)", dataFiles)
 	}
 	m.check(t, e.tbl)
 }

@@ -645,6 +645,9 @@ func (w *Writer) PrepareCommit(ctx context.Context) (commit.Payload, error) {
 	if w.err != nil {
 		return commit.Payload{}, w.err
 	}
+	if err := w.account(); err != nil {
+		return commit.Payload{}, w.fail(err)
+	}
 	lanes := make([]*lane, 0, len(w.lanes))
 	for _, ln := range w.lanes {
 		lanes = append(lanes, ln)
@@ -717,3 +720,6 @@ func (w *Writer) Close(ctx context.Context) error {
 	err := w.Abort(ctx)
 	return errors.Join(err, w.index.Close())
 }
+
+// Schema returns the table schema the writer writes.
+func (w *Writer) Schema() *iceberg.Schema { return w.schema }

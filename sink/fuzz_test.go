@@ -71,7 +71,7 @@ func fuzzSink(t *testing.T, input []byte, format changelog.Format) {
 		t.Fatal(err)
 	}
 	cfg := sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "fuzz", CheckpointRows: 3}
-	res, err := sink.Run(ctx, cfg, dec, sink.Position{})
+	res, err := sink.Run(ctx, cfg, dec)
 	if err != nil {
 		var le *changelog.LineError
 		if !errors.As(err, &le) && !strings.HasPrefix(err.Error(), "line ") {

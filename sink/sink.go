@@ -1,11 +1,12 @@
 // Package sink is the pipeline of one icesink job: input records are routed
-// by key to the writers, checkpoints are counted, and on a commit
-// checkpoint every writer's window is committed together as one snapshot
-// that records the sink id, the epoch and the input position, so that a
-// rerun after a crash continues where the table left off.
+// by key vnode to the writers, every writer reports every checkpoint to the
+// vnode-aligned coordinator, and on a commit epoch all writers' windows go
+// into one snapshot that records the sink id, the epoch and the input
+// position, so that a rerun after a crash continues where the table left
+// off.
 //
-// It wires deltawriter, commit and coordinator together; the upsert rules,
-// the commit protocol and the catalog live in those packages.
+// It wires changelog, deltawriter, commit and coordinator together; the
+// upsert rules, the commit protocol and the catalog live in those packages.
 package sink
 
 import (
@@ -14,18 +15,24 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"sync"
 	"time"
 
+	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/icesink/icesink/changelog"
 	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/coordinator"
+	"github.com/icesink/icesink/coordinator/statestore"
 	"github.com/icesink/icesink/deltawriter"
 )
 
 // Source yields input records in order; *changelog.Decoder is one.
 type Source interface {
 	Next() (changelog.Record, error)
+	// Skip consumes n lines without decoding them (resuming after a commit).
+	Skip(n int64) error
 }
 
 // Config configures a Run.
@@ -43,6 +50,25 @@ type Config struct {
 	CheckpointRows int64
 	// CommitInterval commits every so many checkpoints. Default 1.
 	CommitInterval uint64
+	// CommitBytes, when positive, also commits an epoch whose writers
+	// together buffer at least this many bytes (the coordinator sums every
+	// writer's report and decides for all). Default 0: off.
+	CommitBytes int64
+	// Writers is the number of writers in this process; the vnodes are
+	// split evenly among them. Default 1.
+	Writers int
+	// Vnodes is the number of vnodes keys are routed by. Default 256.
+	Vnodes int
+	// StateDir keeps the in-process coordinator's checkpoints (pending
+	// pre-commit payloads); empty keeps them in memory only, and a crash
+	// between recording and committing an epoch then redoes the epoch
+	// from the input instead of committing the recorded files.
+	StateDir string
+	// Connect, when set, joins an external coordinator (over gRPC) instead
+	// of starting one in process: this process runs one writer owning
+	// OwnVnodes and writes only the rows routed to them.
+	Connect   func(ctx context.Context, vnodes *roaring.Bitmap, opts ...coordinator.ConnectOption) (coordinator.Session, error)
+	OwnVnodes *roaring.Bitmap
 	// Progress, when set, is called after every checkpoint and at the end.
 	Progress func(Progress)
 }
@@ -57,6 +83,12 @@ func (c Config) withDefaults() Config {
 	if c.CommitInterval == 0 {
 		c.CommitInterval = 1
 	}
+	if c.Writers <= 0 {
+		c.Writers = 1
+	}
+	if c.Vnodes <= 0 {
+		c.Vnodes = coordinator.DefaultVnodes
+	}
 	c.Writer.SinkID = c.SinkID
 	return c
 }
@@ -64,8 +96,8 @@ func (c Config) withDefaults() Config {
 // Progress is a snapshot of a run's counters.
 type Progress struct {
 	Line    int64 // input lines consumed, counting those skipped on resume
-	Changes int64 // changes applied by this run
-	Commits int   // snapshots committed by this run
+	Changes int64 // changes routed to this process's writers by this run
+	Commits int   // epochs committed by this run
 	Epoch   uint64
 	Elapsed time.Duration
 }
@@ -81,7 +113,8 @@ type Result struct {
 	Start     Position // where the run started
 	Committed Position // what the table holds for the sink when the run ended
 	Progress           // the final counters
-	Stats     deltawriter.Stats
+	// Stats sums the writers' counters (peaks are the largest writer's).
+	Stats deltawriter.Stats
 }
 
 // Resume returns the position the table holds for the sink: its last
@@ -102,101 +135,391 @@ func positionOf(cm *commit.Committer) (Position, error) {
 	}
 	line, err := strconv.ParseInt(last.Properties[commit.PropInputPosition], 10, 64)
 	if err != nil {
-		return Position{}, fmt.Errorf("snapshot %d of sink %q has no valid %s: %w", last.SnapshotID, cm.Table().Identifier(), commit.PropInputPosition, err)
+		return Position{}, fmt.Errorf("snapshot %d of table %v has no valid %s: %w", last.SnapshotID, cm.Table().Identifier(), commit.PropInputPosition, err)
 	}
 	return Position{Epoch: last.Epoch, Line: line}, nil
 }
 
-// Run writes src into the table from position start (the caller has
-// already skipped start.Line lines of the input). It commits every
-// CommitInterval checkpoints and at the end of the input. On a bad input
-// line or any error the open window is aborted (its files removed) and
-// the error returned; what was committed before stays, and Result says so.
-func Run(ctx context.Context, cfg Config, src Source, start Position) (Result, error) {
+// epochCommitter commits an epoch's payloads for the coordinator, one
+// epoch at a time, and remembers the last position committed.
+type epochCommitter struct {
+	cm  *commit.Committer
+	mu  sync.Mutex
+	pos Position
+	n   int
+}
+
+func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads [][]byte) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ps := make([]commit.Payload, 0, len(payloads))
+	var line int64
+	for _, b := range payloads {
+		if len(b) == 0 {
+			continue
+		}
+		p, err := commit.UnmarshalPayload(b)
+		if err != nil {
+			return err
+		}
+		line = max(line, p.InputPosition)
+		ps = append(ps, p)
+	}
+	props := map[string]string{commit.PropInputPosition: strconv.FormatInt(line, 10)}
+	res, err := e.cm.Commit(ctx, epoch, ps, props)
+	if err != nil {
+		return err
+	}
+	if !res.Empty {
+		e.pos = Position{Epoch: epoch, Line: line}
+		if !res.AlreadyCommitted {
+			e.n++
+		}
+	}
+	return nil
+}
+
+// StartCoordinator starts the vnode-aligned coordinator of the sink cfg
+// describes, committing to its table and checkpointing in cfg.StateDir,
+// for writers that join it over a transport (coordgrpc.Serve). stop closes
+// it and its state store.
+func StartCoordinator(ctx context.Context, cfg Config) (c *coordinator.Coordinator, stop func() error, err error) {
 	cfg = cfg.withDefaults()
-	res := Result{Start: start, Committed: start}
-	res.Line, res.Epoch = start.Line, start.Epoch
+	cm, err := commit.NewCommitter(ctx, cfg.Loader, cfg.Ident, cfg.SinkID)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, _, stop, err = startCoordinator(ctx, cfg, cm)
+	return c, stop, err
+}
+
+func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*coordinator.Coordinator, *epochCommitter, func() error, error) {
+	ec := &epochCommitter{cm: cm}
+	var store coordinator.StateStore = &coordinator.MemStore{}
+	closeStore := func() error { return nil }
+	if cfg.StateDir != "" {
+		st, err := statestore.Open(ctx, statestore.Options{Dir: cfg.StateDir, InFileEnabled: true, NoStateError: coordinator.ErrNoState})
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		store, closeStore = st, st.Close
+	}
+	coord, err := coordinator.Start(ctx, coordinator.Config{
+		Vnodes: cfg.Vnodes, CommitInterval: cfg.CommitInterval, CommitBytes: cfg.CommitBytes,
+	}, ec, store)
+	if err != nil {
+		closeStore()
+		return nil, nil, nil, err
+	}
+	stop := func() error { return errors.Join(coord.Close(), closeStore()) }
+	return coord, ec, stop, nil
+}
+
+func (e *epochCommitter) committed() (Position, int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.pos, e.n
+}
+
+// Run writes src into the table. It starts the coordinator (or joins
+// cfg.Connect's), lets it recover recorded epochs, skips the input lines
+// the table already holds, and then commits every CommitInterval
+// checkpoints (or on the size trigger) and at the end of the input. On a
+// bad input line or any error the open windows are aborted (their files
+// removed) and the error returned; what was committed before stays, and
+// Result says so.
+func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
+	cfg = cfg.withDefaults()
 	began := time.Now()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
 	cm, err := commit.NewCommitter(ctx, cfg.Loader, cfg.Ident, cfg.SinkID)
 	if err != nil {
 		return res, err
 	}
-	w, err := deltawriter.New(ctx, cm.Table(), cfg.Writer)
+	connect := cfg.Connect
+	var bitmaps []*roaring.Bitmap
+	var ec *epochCommitter
+	if connect == nil {
+		var coord *coordinator.Coordinator
+		var stop func() error
+		coord, ec, stop, err = startCoordinator(ctx, cfg, cm)
+		if err != nil {
+			return res, err
+		}
+		defer func() { err = errors.Join(err, stop()) }()
+		connect = coord.Connect
+		if bitmaps, err = coordinator.SplitVnodes(cfg.Vnodes, cfg.Writers); err != nil {
+			return res, err
+		}
+	} else {
+		own := cfg.OwnVnodes
+		if own == nil {
+			own = roaring.New()
+			own.AddRange(0, uint64(cfg.Vnodes))
+		}
+		bitmaps = []*roaring.Bitmap{own}
+	}
+
+	// Connecting waits for the coordinator to commit what it had recorded;
+	// only then does the table tell where the input resumes.
+	writers := make([]*writer, len(bitmaps))
+	defer func() {
+		for _, w := range writers {
+			if w != nil {
+				err = errors.Join(err, w.close(ctx, err != nil))
+				st := w.dw.Stats()
+				res.Stats = addStats(res.Stats, st)
+			}
+		}
+	}()
+	route := make([]int, cfg.Vnodes)
+	for i, b := range bitmaps {
+		sess, err := connect(ctx, b, coordinator.WithVnodeCount(cfg.Vnodes))
+		if err != nil {
+			return res, fmt.Errorf("connecting writer %d (vnodes %s): %w", i, coordinator.FormatVnodes(b), err)
+		}
+		wopts := cfg.Writer
+		wopts.Writer = i
+		dw, err := deltawriter.New(ctx, cm.Table(), wopts)
+		if err != nil {
+			sess.Close()
+			return res, err
+		}
+		writers[i] = &writer{dw: dw, sess: sess, in: make(chan batch, 4)}
+		for it := b.Iterator(); it.HasNext(); {
+			route[it.Next()] = i + 1
+		}
+	}
+	if err := cm.Refresh(ctx); err != nil {
+		return res, err
+	}
+	start, err := positionOf(cm)
 	if err != nil {
 		return res, err
 	}
-	defer func() { res.Stats = w.Stats() }()
-	fail := func(err error) (Result, error) {
-		res.Elapsed = time.Since(began)
-		res.Stats = w.Stats()
-		return res, errors.Join(err, w.Close(ctx))
+	if resume := writers[0].sess.Resume(); resume > start.Epoch {
+		// Epochs the coordinator committed with no file leave no snapshot.
+		start.Epoch = resume
 	}
-	var rows int64 // since the last checkpoint
+	res.Start, res.Committed = start, start
+	res.Line, res.Epoch = start.Line, start.Epoch
+	if start.Line > 0 {
+		if err := src.Skip(start.Line); err != nil {
+			return res, fmt.Errorf("resuming after input line %d (epoch %d is committed): %w", start.Line, start.Epoch, err)
+		}
+	}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, len(writers))
+	for _, w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := w.run(ctx); err != nil {
+				errs <- err
+				cancel()
+			}
+		}()
+	}
+	runErr := route_(ctx, cfg, src, writers, route, &res)
+	for _, w := range writers {
+		close(w.in)
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		if runErr == nil || errors.Is(runErr, context.Canceled) {
+			runErr = e
+		}
+	}
+	if ec != nil {
+		res.Committed, res.Commits = ec.committed()
+	} else if err := cm.Refresh(ctx); err == nil {
+		res.Committed, _ = positionOf(cm)
+	}
+	if res.Committed.Epoch == 0 {
+		res.Committed = start
+	}
+	res.Elapsed = time.Since(began)
+	return res, runErr
+}
+
+// batch is what the router hands a writer: changes, then possibly the end
+// of a checkpoint.
+type batch struct {
+	changes []deltawriter.Change
+	lines   []int64
+	barrier bool
+	epoch   uint64
+	line    int64 // the input line the checkpoint ends at
+	final   bool
+}
+
+const batchSize = 1024
+
+// route_ reads src, routes each change to the writer owning its vnode,
+// and sends every writer every checkpoint.
+func route_(ctx context.Context, cfg Config, src Source, writers []*writer, route []int, res *Result) error {
+	kc, err := deltawriter.NewKeyCodec(writers[0].dw.Schema())
+	if err != nil {
+		return err
+	}
+	pending := make([]batch, len(writers))
+	send := func(i int) error {
+		select {
+		case writers[i].in <- pending[i]:
+			pending[i] = batch{}
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	var rows int64
+	var key []byte
 	checkpoint := func(line int64, final bool) error {
 		res.Epoch++
 		rows = 0
-		if final || res.Epoch%cfg.CommitInterval == 0 {
-			p, err := w.PrepareCommit(ctx)
-			if err != nil {
+		for i := range writers {
+			pending[i].barrier, pending[i].epoch, pending[i].line, pending[i].final = true, res.Epoch, line, final
+			if err := send(i); err != nil {
 				return err
-			}
-			props := map[string]string{commit.PropInputPosition: strconv.FormatInt(line, 10)}
-			cr, err := cm.Commit(ctx, res.Epoch, []commit.Payload{p}, props)
-			if err != nil {
-				// The outcome may be unknown; the files are left for the
-				// rerun to find committed or to ignore.
-				return err
-			}
-			if !cr.Empty {
-				res.Committed = Position{Epoch: res.Epoch, Line: line}
-				if !cr.AlreadyCommitted {
-					res.Commits++
-				}
 			}
 		}
 		if cfg.Progress != nil {
-			res.Elapsed = time.Since(began)
 			cfg.Progress(res.Progress)
 		}
 		return nil
 	}
+	began := time.Now()
 	for {
-		if err := ctx.Err(); err != nil {
-			return fail(err)
-		}
 		rec, err := src.Next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		res.Line = rec.Line
+		res.Elapsed = time.Since(began)
 		if rec.Barrier {
 			if err := checkpoint(rec.Line, false); err != nil {
-				return fail(err)
+				return err
 			}
 			continue
 		}
 		for _, ch := range rec.Changes {
-			if err := w.Write(ctx, ch); err != nil {
-				if errors.Is(err, deltawriter.ErrBadChange) {
-					return fail(fmt.Errorf("line %d: %w", rec.Line, err))
-				}
-				return fail(err)
+			key, err = kc.Append(key[:0], ch.Row)
+			if err != nil {
+				return fmt.Errorf("line %d: %w", rec.Line, err)
 			}
+			i := route[coordinator.VnodeOf(key, cfg.Vnodes)] - 1
+			if i < 0 {
+				continue // another process's writer owns this vnode
+			}
+			p := &pending[i]
+			p.changes = append(p.changes, ch)
+			p.lines = append(p.lines, rec.Line)
 			res.Changes++
+			if len(p.changes) >= batchSize {
+				if err := send(i); err != nil {
+					return err
+				}
+			}
 		}
 		if rows++; rows >= cfg.CheckpointRows {
 			if err := checkpoint(rec.Line, false); err != nil {
-				return fail(err)
+				return err
 			}
 		}
 	}
-	if err := checkpoint(res.Line, true); err != nil {
-		return fail(err)
+	return checkpoint(res.Line, true)
+}
+
+// writer is one deltawriter and its coordinator session.
+type writer struct {
+	dw       *deltawriter.Writer
+	sess     coordinator.Session
+	in       chan batch
+	inCommit bool // the last error came from Commit: its files may be recorded
+	done     bool // the final epoch is committed
+}
+
+func (w *writer) run(ctx context.Context) error {
+	for b := range w.in {
+		for i, ch := range b.changes {
+			if err := w.dw.Write(ctx, ch); err != nil {
+				if errors.Is(err, deltawriter.ErrBadChange) {
+					return fmt.Errorf("line %d: %w", b.lines[i], err)
+				}
+				return err
+			}
+		}
+		if !b.barrier {
+			continue
+		}
+		commitNow, err := w.sess.Checkpoint(ctx, b.epoch, w.dw.BufferedBytes(), b.final)
+		if err != nil {
+			return fmt.Errorf("checkpoint of epoch %d: %w", b.epoch, err)
+		}
+		if commitNow {
+			p, err := w.dw.PrepareCommit(ctx)
+			if err != nil {
+				return err
+			}
+			p.InputPosition = b.line
+			data, err := p.Marshal()
+			if err != nil {
+				return err
+			}
+			w.inCommit = true
+			if err := w.sess.Commit(ctx, b.epoch, data); err != nil {
+				if errors.Is(err, coordinator.ErrAborted) {
+					w.inCommit = false
+					_ = w.dw.Discard(ctx, p)
+				}
+				return fmt.Errorf("commit of epoch %d: %w", b.epoch, err)
+			}
+			w.inCommit = false
+		}
+		if b.final {
+			w.done = true
+		}
 	}
-	res.Elapsed = time.Since(began)
-	res.Stats = w.Stats()
-	return res, w.Close(ctx)
+	return nil
+}
+
+// close ends the writer's session and drops its uncommitted window.
+func (w *writer) close(ctx context.Context, failed bool) error {
+	serr := w.sess.Close()
+	if w.done && !failed {
+		serr = nil
+	}
+	return errors.Join(serr, w.dw.Close(ctx))
+}
+
+func addStats(a, b deltawriter.Stats) deltawriter.Stats {
+	a.Changes += b.Changes
+	a.DataFiles += b.DataFiles
+	a.DataRows += b.DataRows
+	a.PositionDeleteFile += b.PositionDeleteFile
+	a.PositionDeletes += b.PositionDeletes
+	a.EqualityDeleteFile += b.EqualityDeleteFile
+	a.EqualityDeletes += b.EqualityDeletes
+	a.Commits = max(a.Commits, b.Commits)
+	a.PeakAccountedBytes = max(a.PeakAccountedBytes, b.PeakAccountedBytes)
+	a.LocalFlushes += b.LocalFlushes
+	a.Index.Keys += b.Index.Keys
+	a.Index.MemoryBytes += b.Index.MemoryBytes
+	a.Index.PeakMemoryBytes = max(a.Index.PeakMemoryBytes, b.Index.PeakMemoryBytes)
+	a.Index.Spills += b.Index.Spills
+	a.Index.SpilledBytes += b.Index.SpilledBytes
+	a.Index.Compactions += b.Index.Compactions
+	a.Index.RunsCompacted += b.Index.RunsCompacted
+	a.Index.LookupsMemory += b.Index.LookupsMemory
+	a.Index.LookupsFilter += b.Index.LookupsFilter
+	a.Index.LookupsCache += b.Index.LookupsCache
+	a.Index.LookupsDisk += b.Index.LookupsDisk
+	return a
 }

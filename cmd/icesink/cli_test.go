@@ -76,7 +76,7 @@ func TestSampleRoundTrip(t *testing.T) {
 		t.Errorf("scan =\n%s\nwant\n%s", got, want)
 	}
 	// A rerun continues after the last committed line: nothing new.
-	if _, stderr, code := icesink(t, args...); code != 0 || !strings.Contains(stderr, "resumes after input line 14") {
+	if _, stderr, code := icesink(t, args...); code != 0 || !strings.Contains(stderr, "resumed after input line 14") {
 		t.Errorf("rerun exited %d: %s", code, stderr)
 	}
 	snaps, _, _ := icesink(t, "snapshots", "--warehouse", wh, "--table", "demo.orders")

@@ -23,6 +23,7 @@ Commands:
   run        write a changelog into a table (creating it from --schema)
   scan       print a table's live rows as JSON lines (iceberg-go's scanner)
   snapshots  list a table's snapshots with their summaries
+  coordinator  serve the vnode-aligned commit coordinator to writers in other processes
   bench      benchmark memory and throughput of upsert scenarios
 
 Run "icesink COMMAND -h" for a command's flags.
@@ -54,6 +55,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdScan(ctx, args[1:], stdout, stderr)
 	case "snapshots":
 		err = cmdSnapshots(ctx, args[1:], stdout, stderr)
+	case "coordinator":
+		err = cmdCoordinator(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = cmdBench(ctx, args[1:], stdout, stderr)
 	default:

@@ -8,14 +8,20 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
 
 	"github.com/apache/iceberg-go"
 	"github.com/dustin/go-humanize"
 	"golang.org/x/term"
 
 	"github.com/icesink/icesink/changelog"
+	"github.com/icesink/icesink/coordinator"
+	"github.com/icesink/icesink/coordinator/coordgrpc"
 	"github.com/icesink/icesink/deltawriter"
 	"github.com/icesink/icesink/sink"
 	"github.com/icesink/icesink/warehouse"
@@ -35,6 +41,12 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	interval := fs.Uint64("commit-interval", 1, "commit every `K` checkpoints")
 	sinkID := fs.String("sink-id", "icesink", "sink `ID` recorded in snapshot summaries; a rerun continues from its last commit")
 	memLimit := fs.String("memory-limit", "0", "memory budget per writer (e.g. 64MiB, 1GiB); 0 = unbounded")
+	writers := fs.Int("writers", 1, "`P` writers in this process, vnodes split evenly, rows routed by vnode")
+	vnodeCount := fs.Int("vnode-count", 256, "number of vnodes keys are routed by")
+	commitBytes := fs.String("commit-bytes", "0", "also commit when all writers together buffer this much (e.g. 512MiB); 0 = off")
+	coordAddr := fs.String("coordinator", "", "join the coordinator at `HOST:PORT` (gRPC) instead of starting one in process")
+	vnodesFlag := fs.String("vnodes", "", "with --coordinator: the `RANGES` this writer owns, e.g. 0-127")
+	stateDir := fs.String("state-dir", "", "`DIR` for the in-process coordinator's checkpoints (default: DIR/_icesink/SINK-ID)")
 	spillDir := fs.String("spill-dir", "", "`DIR` for the index's spill runs (default: the OS temp dir; a private subfolder per writer)")
 	quiet := fs.Bool("quiet", false, "no progress line")
 	stats := fs.Bool("stats", false, "print the writer's statistics at the end")
@@ -58,6 +70,13 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	limit, err := parseSize(*memLimit)
 	if err != nil {
 		return fmt.Errorf("%w: --memory-limit: %v", errUsage, err)
+	}
+	cbytes, err := parseSize(*commitBytes)
+	if err != nil {
+		return fmt.Errorf("%w: --commit-bytes: %v", errUsage, err)
+	}
+	if *writers < 1 {
+		return fmt.Errorf("%w: --writers must be at least 1", errUsage)
 	}
 	ident, err := warehouse.ParseIdent(tf.table)
 	if err != nil {
@@ -115,25 +134,43 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		Writer:         deltawriter.Options{Mode: m, MemoryLimit: limit, SpillDir: *spillDir},
 		CheckpointRows: *ckRows,
 		CommitInterval: *interval,
+		CommitBytes:    cbytes,
+		Writers:        *writers,
+		Vnodes:         *vnodeCount,
+		StateDir:       *stateDir,
 	}
-	start, err := sink.Resume(ctx, cfg)
-	if err != nil {
-		return err
+	if cfg.StateDir == "" {
+		cfg.StateDir = filepath.Join(tf.warehouse, "_icesink", *sinkID)
 	}
-	if start.Line > 0 {
-		if err := dec.Skip(start.Line); err != nil {
-			return fmt.Errorf("resuming after input line %d (epoch %d, already committed): %w", start.Line, start.Epoch, err)
+	if *coordAddr != "" {
+		if *writers != 1 {
+			return fmt.Errorf("%w: --coordinator runs one writer per process; drop --writers", errUsage)
 		}
-		if !*quiet {
-			fmt.Fprintf(stderr, "icesink: sink %q resumes after input line %d (epoch %d is committed)\n", *sinkID, start.Line, start.Epoch)
+		own, err := coordinator.ParseVnodes(*vnodesFlag, *vnodeCount)
+		if err != nil || *vnodesFlag == "" {
+			return fmt.Errorf("%w: --vnodes: give the ranges this writer owns (e.g. 0-127): %v", errUsage, err)
 		}
+		cfg.OwnVnodes = own
+		cfg.Connect = func(ctx context.Context, vn *roaring.Bitmap, opts ...coordinator.ConnectOption) (coordinator.Session, error) {
+			return coordgrpc.Dial(ctx, *coordAddr, vn, opts...)
+		}
+	}
+	if limit > 0 && os.Getenv("GOMEMLIMIT") == "" {
+		// A soft limit for the runtime from the budget keeps the GC's
+		// headroom (GOGC=100 lets the heap double) inside the budget.
+		debug.SetMemoryLimit(limit*int64(*writers)*3/2 + 48<<20)
 	}
 	if !*quiet && isTerminal(stderr) {
 		cfg.Progress = progressLine(stderr)
 	}
-	res, err := sink.Run(ctx, cfg, dec, start)
+	mon := startMonitor()
+	res, err := sink.Run(ctx, cfg, dec)
+	peak := mon.stop()
 	if cfg.Progress != nil {
 		fmt.Fprintln(stderr)
+	}
+	if res.Start.Line > 0 && !*quiet {
+		fmt.Fprintf(stderr, "icesink: sink %q resumed after input line %d (epoch %d was committed)\n", *sinkID, res.Start.Line, res.Start.Epoch)
 	}
 	if err != nil {
 		return fmt.Errorf("%w\n(input up to line %d, epoch %d, is committed; %d commits by this run; the uncommitted window was discarded)",
@@ -141,10 +178,10 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	if !*quiet {
 		fmt.Fprintf(stdout, "committed %d snapshots: %d changes from %d input lines in %s (%.0f changes/s)\n",
-			res.Commits, res.Changes, res.Line-start.Line, res.Elapsed.Round(time.Millisecond), float64(res.Changes)/res.Elapsed.Seconds())
+			res.Commits, res.Changes, res.Line-res.Start.Line, res.Elapsed.Round(time.Millisecond), float64(res.Changes)/res.Elapsed.Seconds())
 	}
 	if *stats {
-		printStats(stdout, res.Stats)
+		printStats(stdout, res.Stats, peak, limit)
 	}
 	return nil
 }
@@ -193,12 +230,23 @@ func progressLine(w io.Writer) func(sink.Progress) {
 	}
 }
 
-func printStats(w io.Writer, s deltawriter.Stats) {
+func printStats(w io.Writer, s deltawriter.Stats, p peaks, limit int64) {
 	var b strings.Builder
-	fmt.Fprintf(&b, "changes                 %d\n", s.Changes)
-	fmt.Fprintf(&b, "data files / rows       %d / %d\n", s.DataFiles, s.DataRows)
-	fmt.Fprintf(&b, "pos-delete files / rows %d / %d\n", s.PositionDeleteFile, s.PositionDeletes)
-	fmt.Fprintf(&b, "eq-delete files / rows  %d / %d\n", s.EqualityDeleteFile, s.EqualityDeletes)
-	fmt.Fprintf(&b, "index peak bytes        %d\n", s.Index.PeakMemoryBytes)
+	lim := "unbounded"
+	if limit > 0 {
+		lim = humanize.IBytes(uint64(limit))
+	}
+	fmt.Fprintf(&b, "memory limit per writer   %s\n", lim)
+	fmt.Fprintf(&b, "peak accounted bytes      %s (largest writer)\n", humanize.IBytes(uint64(s.PeakAccountedBytes)))
+	fmt.Fprintf(&b, "peak Go heap              %s\n", humanize.IBytes(p.heap))
+	fmt.Fprintf(&b, "peak RSS                  %s\n", humanize.IBytes(p.rss))
+	fmt.Fprintf(&b, "changes                   %d\n", s.Changes)
+	fmt.Fprintf(&b, "spills / bytes spilled    %d / %s\n", s.Index.Spills, humanize.IBytes(uint64(s.Index.SpilledBytes)))
+	fmt.Fprintf(&b, "compactions / runs        %d / %d\n", s.Index.Compactions, s.Index.RunsCompacted)
+	fmt.Fprintf(&b, "local flushes             %d\n", s.LocalFlushes)
+	fmt.Fprintf(&b, "lookups memory/filter/cache/disk %d / %d / %d / %d\n", s.Index.LookupsMemory, s.Index.LookupsFilter, s.Index.LookupsCache, s.Index.LookupsDisk)
+	fmt.Fprintf(&b, "data files / rows         %d / %d\n", s.DataFiles, s.DataRows)
+	fmt.Fprintf(&b, "pos-delete files / rows   %d / %d\n", s.PositionDeleteFile, s.PositionDeletes)
+	fmt.Fprintf(&b, "eq-delete files / rows    %d / %d\n", s.EqualityDeleteFile, s.EqualityDeletes)
 	io.WriteString(w, b.String())
 }

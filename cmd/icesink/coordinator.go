@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+
+	"github.com/icesink/icesink/coordinator/coordgrpc"
+	"github.com/icesink/icesink/sink"
+	"github.com/icesink/icesink/warehouse"
+)
+
+// cmdCoordinator serves the vnode-aligned coordinator over gRPC for
+// writers in other processes (icesink run --coordinator HOST:PORT --vnodes ...).
+func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("coordinator", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var tf tableFlags
+	tf.register(fs)
+	listen := fs.String("listen", "127.0.0.1:7480", "`HOST:PORT` to serve writers on (plaintext gRPC: loopback or a trusted network)")
+	interval := fs.Uint64("commit-interval", 1, "commit every `K` checkpoints")
+	commitBytes := fs.String("commit-bytes", "0", "also commit when all writers together buffer this much; 0 = off")
+	vnodeCount := fs.Int("vnode-count", 256, "number of vnodes")
+	sinkID := fs.String("sink-id", "icesink", "sink `ID` recorded in snapshot summaries")
+	stateDir := fs.String("state-dir", "", "`DIR` for the coordinator's checkpoints (default: DIR/_icesink/SINK-ID)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := tf.check(); err != nil {
+		return err
+	}
+	cb, err := parseSize(*commitBytes)
+	if err != nil {
+		return fmt.Errorf("%w: --commit-bytes: %v", errUsage, err)
+	}
+	ident, err := warehouse.ParseIdent(tf.table)
+	if err != nil {
+		return fmt.Errorf("%w: --table: %v", errUsage, err)
+	}
+	wh, err := warehouse.Open(ctx, tf.warehouse, warehouse.Options{CatalogURI: tf.catalogURI})
+	if err != nil {
+		return err
+	}
+	defer wh.Close()
+	if _, err := wh.Catalog.LoadTable(ctx, ident); err != nil {
+		return fmt.Errorf("loading table %s (create it with a first run): %w", tf.table, err)
+	}
+	if *stateDir == "" {
+		*stateDir = filepath.Join(tf.warehouse, "_icesink", *sinkID)
+	}
+	c, stop, err := sink.StartCoordinator(ctx, sink.Config{
+		Loader: wh.Catalog, Ident: ident, SinkID: *sinkID, CommitInterval: *interval,
+		CommitBytes: cb, Vnodes: *vnodeCount, StateDir: *stateDir,
+	})
+	if err != nil {
+		return err
+	}
+	defer stop()
+	lis, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("listening on %s: %w", *listen, err)
+	}
+	fmt.Fprintf(stderr, "icesink coordinator: sink %q on %s, serving writers on %s\n", *sinkID, tf.table, lis.Addr())
+	err = coordgrpc.Serve(ctx, lis, c)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}

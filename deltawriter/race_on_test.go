@@ -1,0 +1,5 @@
+//go:build race
+
+package deltawriter_test
+
+const raceEnabled = true
