@@ -268,9 +268,8 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	defer func() {
 		for _, w := range writers {
 			if w != nil {
+				res.Stats = addStats(res.Stats, w.dw.Stats())
 				err = errors.Join(err, w.close(ctx, err != nil))
-				st := w.dw.Stats()
-				res.Stats = addStats(res.Stats, st)
 			}
 		}
 	}()

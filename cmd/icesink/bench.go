@@ -2,10 +2,215 @@ package main
 
 import (
 	"context"
-	"errors"
+	"flag"
+	"fmt"
 	"io"
+	"os"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
+
+	"github.com/icesink/icesink/bench"
+	"github.com/icesink/icesink/deltawriter"
 )
 
+// countValue is a flag holding a count written as 1000000, 1_000_000,
+// 250k, 10M or 1G (decimal multipliers).
+type countValue struct{ n *int64 }
+
+func (c countValue) String() string {
+	if c.n == nil {
+		return "0"
+	}
+	return strconv.FormatInt(*c.n, 10)
+}
+
+func (c countValue) Set(s string) error {
+	n, err := parseCount(s)
+	if err != nil {
+		return err
+	}
+	*c.n = n
+	return nil
+}
+
+func parseCount(s string) (int64, error) {
+	t := strings.ReplaceAll(strings.TrimSpace(s), "_", "")
+	mul := int64(1)
+	if t != "" {
+		switch t[len(t)-1] {
+		case 'k', 'K':
+			mul = 1e3
+		case 'm', 'M':
+			mul = 1e6
+		case 'g', 'G':
+			mul = 1e9
+		}
+		if mul > 1 {
+			t = t[:len(t)-1]
+		}
+	}
+	if f, err := strconv.ParseFloat(t, 64); err == nil && mul > 1 {
+		return int64(f * float64(mul)), nil
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("count %q: want digits with an optional k, M or G", s)
+	}
+	return n, nil
+}
+
 func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	return errors.New("not built yet")
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	st := bench.DefaultStream()
+	fs.Var(countValue{&st.Rows}, "rows", "`N` changes in the stream (accepts 250k, 10M)")
+	fs.Var(countValue{&st.Keys}, "keys", "`N` distinct keys (default: rows/4)")
+	fs.Float64Var(&st.Updates, "updates", st.Updates, "share of events that update a live key (+U)")
+	fs.Float64Var(&st.Deletes, "deletes", st.Deletes, "share of events that delete a live key (-D)")
+	fs.Float64Var(&st.Reinserts, "reinserts", st.Reinserts, "share of events that re-insert a deleted key (+I); first inserts take the rest")
+	fs.Float64Var(&st.Zipf, "zipf", st.Zipf, "key skew of updates and deletes: 0 uniform, or a Zipf exponent > 1")
+	fs.IntVar(&st.RowBytes, "row-bytes", st.RowBytes, "approximate row width in `BYTES`")
+	keyType := fs.String("key-type", st.KeyType.String(), "key shape: long, string (24 bytes) or composite (tenant string, id long)")
+	fs.Uint64Var(&st.Seed, "seed", st.Seed, "seed of the stream")
+	mode := fs.String("mode", "upsert", "writer mode: upsert, or changelog (the stream then sends -U before each +U)")
+	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: unbounded, bounded, append-baseline, parquet-floor, or all")
+	limits := fs.String("memory-limit", "64MiB", "writer budget(s) of the bounded scenario, comma-separated (e.g. 16MiB,64MiB)")
+	repeat := fs.Int("repeat", 3, "runs of each scenario (alternating)")
+	var commitEvery int64
+	fs.Var(countValue{&commitEvery}, "commit-every", "commit the window every `N` changes (0: one window for the whole stream)")
+	targetFile := fs.String("target-file-size", "", "writer's data-file `SIZE` (default: the table's, 512MiB)")
+	workDir := fs.String("work-dir", "", "`DIR` for the runs' warehouses and spill files (default: the OS temp dir)")
+	keep := fs.Bool("keep", false, "keep each run's folder")
+	out := fs.String("out", "", "write results.json, report.md and PNG plots into `DIR`")
+	interval := fs.Duration("sample-interval", 20*time.Millisecond, "memory sampling period")
+	goLimit := fs.String("go-memory-limit", "", "Go soft memory limit during the runs: a `SIZE`, or auto (2 x budget + 64MiB for bounded runs); default: the process's (GOMEMLIMIT)")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole bench to `FILE` (pick scenarios with --scenarios)")
+	memProfile := fs.String("memprofile", "", "write an allocation profile to `FILE` at the end")
+	quiet := fs.Bool("quiet", false, "no progress bar")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+
+	keysSet := false
+	fs.Visit(func(f *flag.Flag) { keysSet = keysSet || f.Name == "keys" })
+	if !keysSet {
+		st.Keys = max(st.Rows/4, 1)
+	}
+	var err error
+	if st.KeyType, err = bench.ParseKeyType(*keyType); err != nil {
+		return fmt.Errorf("%w: --key-type: %v", errUsage, err)
+	}
+	opts := bench.Options{
+		Stream:         st,
+		Repeat:         *repeat,
+		CommitEvery:    commitEvery,
+		WorkDir:        *workDir,
+		Keep:           *keep,
+		SampleInterval: *interval,
+		CommandLine:    "icesink bench " + strings.Join(args, " "),
+	}
+	if opts.Mode, err = deltawriter.ParseMode(*mode); err != nil {
+		return fmt.Errorf("%w: --mode: %v", errUsage, err)
+	}
+	if opts.Mode == deltawriter.Changelog {
+		opts.Stream.UpdateBefore = true
+	}
+	var budgets []int64
+	for _, l := range strings.Split(*limits, ",") {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		n, err := bench.ParseSize(l)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%w: --memory-limit: %q: want a positive size such as 64MiB", errUsage, l)
+		}
+		budgets = append(budgets, n)
+	}
+	if opts.Scenarios, err = bench.ParseScenarios(*scenarios, budgets); err != nil {
+		return fmt.Errorf("%w: --scenarios: %v", errUsage, err)
+	}
+	if *targetFile != "" {
+		if opts.TargetFileSize, err = bench.ParseSize(*targetFile); err != nil {
+			return fmt.Errorf("%w: --target-file-size: %v", errUsage, err)
+		}
+	}
+	switch *goLimit {
+	case "":
+	case "auto":
+		opts.AutoGoMemoryLimit = true
+	default:
+		if opts.GoMemoryLimit, err = bench.ParseSize(*goLimit); err != nil {
+			return fmt.Errorf("%w: --go-memory-limit: %v", errUsage, err)
+		}
+	}
+
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		defer pprof.StopCPUProfile()
+	}
+
+	var bar *progressbar.ProgressBar
+	if !*quiet && benchIsTerminal(stderr) {
+		bar = progressbar.NewOptions(1000,
+			progressbar.OptionSetWriter(stderr),
+			progressbar.OptionSetWidth(30),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionSetElapsedTime(true),
+			progressbar.OptionThrottle(100*time.Millisecond),
+			progressbar.OptionClearOnFinish(),
+		)
+		opts.Progress = func(p bench.Progress) {
+			bar.Describe(fmt.Sprintf("run %d/%d %-22s %-6s", p.Run+1, p.Runs, p.Scenario, p.Phase))
+			_ = bar.Set(int(p.Fraction * 1000))
+		}
+	}
+	res, err := bench.Run(ctx, opts)
+	if bar != nil {
+		_ = bar.Finish()
+		_ = bar.Clear()
+	}
+	if err != nil {
+		return err
+	}
+	if *memProfile != "" {
+		f, err := os.Create(*memProfile)
+		if err != nil {
+			return fmt.Errorf("memory profile: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+			return fmt.Errorf("memory profile: %w", err)
+		}
+	}
+	if err := bench.WriteMarkdown(stdout, res); err != nil {
+		return err
+	}
+	if *out != "" {
+		if err := bench.WriteReport(*out, res); err != nil {
+			return err
+		}
+		if !*quiet {
+			fmt.Fprintf(stderr, "icesink bench: wrote %s, %s and plots to %s\n", bench.ResultsFile, bench.ReportFile, *out)
+		}
+	}
+	return nil
+}
+
+// benchIsTerminal reports whether w is a terminal (the progress bar's
+// condition).
+func benchIsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

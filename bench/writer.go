@@ -1,0 +1,182 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/warehouse"
+)
+
+// benchIdent names the table every run writes.
+func benchIdent() table.Identifier { return table.Identifier{"bench", "events"} }
+
+const (
+	benchSink = "icesink-bench"
+	batchSize = 1024 // changes generated, then written, at a time
+)
+
+// openTable opens a fresh warehouse under dir and creates the stream's table.
+func openTable(ctx context.Context, dir string, o StreamOptions) (*warehouse.Warehouse, *table.Table, error) {
+	wh, err := warehouse.Open(ctx, dir, warehouse.Options{})
+	if err != nil {
+		return nil, nil, err
+	}
+	tbl, _, err := wh.LoadOrCreate(ctx, benchIdent(), warehouse.TableSpec{Schema: o.Schema()})
+	if err != nil {
+		wh.Close()
+		return nil, nil, err
+	}
+	return wh, tbl, nil
+}
+
+// runWriter runs the upsert writer (Unbounded or Bounded) over the stream.
+func runWriter(ctx context.Context, e *runEnv) (err error) {
+	dirs, err := runDirs(e.dir, "warehouse", "spill")
+	if err != nil {
+		return err
+	}
+	wh, _, err := openTable(ctx, dirs[0], e.opts.Stream)
+	if err != nil {
+		return err
+	}
+	defer wh.Close()
+	cm, err := commit.NewCommitter(ctx, wh.Catalog, benchIdent(), benchSink)
+	if err != nil {
+		return err
+	}
+	w, err := deltawriter.New(ctx, cm.Table(), deltawriter.Options{
+		Mode:           e.opts.Mode,
+		SinkID:         benchSink,
+		MemoryLimit:    e.sc.MemoryLimit,
+		SpillDir:       dirs[1],
+		TargetFileSize: e.opts.TargetFileSize,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, w.Close(ctx)) }()
+	stream, err := NewStream(e.opts.Stream)
+	if err != nil {
+		return err
+	}
+	batch := make([]deltawriter.Change, batchSize)
+
+	var changes, window int64
+	var epoch uint64
+	commitWindow := func() error {
+		p, err := w.PrepareCommit(ctx)
+		if err != nil {
+			return err
+		}
+		e.res.tally(p.Files)
+		epoch++
+		cr, err := cm.Commit(ctx, epoch, []commit.Payload{p}, nil)
+		if err != nil {
+			return err
+		}
+		if !cr.Empty {
+			e.res.Commits++
+		}
+		return nil
+	}
+
+	e.pr.phase("write", e.opts.Stream.Rows)
+	e.startTimed()
+	defer e.stopTimed(0)
+	began := time.Now()
+	var gen time.Duration
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		n := stream.Fill(batch)
+		gen += time.Since(t0)
+		if n == 0 {
+			break
+		}
+		for i := range batch[:n] {
+			if err := w.Write(ctx, batch[i]); err != nil {
+				return fmt.Errorf("change %d: %w", changes+int64(i)+1, err)
+			}
+		}
+		changes += int64(n)
+		window += int64(n)
+		acc := w.BufferedBytes()
+		e.res.PeakAccounted = max(e.res.PeakAccounted, acc)
+		e.cell.accounted.Store(acc)
+		e.cell.changes.Store(changes)
+		e.pr.rows(changes)
+		if e.opts.CommitEvery > 0 && window >= e.opts.CommitEvery {
+			if err := commitWindow(); err != nil {
+				return err
+			}
+			window = 0
+		}
+	}
+	e.pr.phase("commit", 0)
+	if err := commitWindow(); err != nil {
+		return err
+	}
+	elapsed := time.Since(began) - gen
+	e.stopTimed(gen)
+	e.res.Rows = changes
+	e.res.Seconds = elapsed.Seconds()
+	applyStats(e.res, w.Stats())
+
+	e.pr.phase("scan", 0)
+	e.res.Scan, err = scanTable(ctx, cm.Table())
+	return err
+}
+
+// tally counts a payload's files by kind.
+func (r *RunResult) tally(files []commit.File) {
+	for _, f := range files {
+		var c *Files
+		switch f.Kind {
+		case commit.DataFile:
+			c = &r.Data
+		case commit.PositionDeleteFile:
+			c = &r.PositionDeletes
+		case commit.EqualityDeleteFile:
+			c = &r.EqualityDeletes
+		default:
+			continue
+		}
+		c.Files++
+		c.Rows += f.Rows
+		c.Bytes += f.Bytes
+	}
+}
+
+// scanTable reads every live row of tbl with iceberg-go's scanner (deletes
+// applied) and times it.
+func scanTable(ctx context.Context, tbl *table.Table) (*ScanResult, error) {
+	settle()
+	began := time.Now()
+	var rows int64
+	if tbl.CurrentSnapshot() != nil {
+		_, recs, err := tbl.Scan().ToArrowRecords(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("scanning %v: %w", tbl.Identifier(), err)
+		}
+		for rec, err := range recs {
+			if err != nil {
+				return nil, fmt.Errorf("scanning %v: %w", tbl.Identifier(), err)
+			}
+			rows += rec.NumRows()
+			rec.Release()
+		}
+	}
+	s := &ScanResult{Seconds: time.Since(began).Seconds(), Rows: rows}
+	if s.Seconds > 0 {
+		s.RowsPerSec = float64(rows) / s.Seconds
+	}
+	return s, nil
+}

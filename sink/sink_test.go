@@ -1,0 +1,205 @@
+package sink_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"reflect"
+	"strconv"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/icesink/icesink/changelog"
+	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/internal/pgtest"
+	"github.com/icesink/icesink/sink"
+	"github.com/icesink/icesink/warehouse"
+)
+
+// genInput returns n changelog-json lines of fuzzSchema over nkeys keys,
+// with barriers.
+func genInput(t *testing.T, seed uint64, n, nkeys int) []byte {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, seed))
+	enc, err := changelog.NewEncoder(fuzzSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	for i := 0; i < n; i++ {
+		k := int64(rng.IntN(nkeys))
+		key := fmt.Sprint("k", k%7)
+		var line []byte
+		switch r := rng.IntN(100); {
+		case r < 3:
+			line = []byte(changelog.BarrierLine)
+		case r < 20:
+			line, err = enc.AppendChangelogJSON(nil, deltawriter.Change{Op: deltawriter.Delete, Row: []any{k, key, nil, decimalOf(0)}})
+		default:
+			var v any = int32(rng.IntN(1000))
+			if rng.IntN(5) == 0 {
+				v = nil
+			}
+			line, err = enc.AppendChangelogJSON(nil, deltawriter.Change{Op: deltawriter.UpdateAfter, Row: []any{k, key, v, decimalOf(int64(rng.IntN(99999)))}})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf.Write(line)
+		buf.WriteByte('\n')
+	}
+	return buf.Bytes()
+}
+
+// runAndCheck runs input through the sink on the warehouse's table and
+// checks the table against the model of the whole input.
+func runAndCheck(t *testing.T, wh *warehouse.Warehouse, cfg sink.Config, input []byte) sink.Result {
+	t.Helper()
+	ctx := context.Background()
+	ident := table.Identifier{"db", "t"}
+	if _, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: fuzzSchema}); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Loader, cfg.Ident = wh.Catalog, ident
+	dec, err := changelog.NewDecoder(bytes.NewReader(input), changelog.ChangelogJSON, fuzzSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := sink.Run(ctx, cfg, dec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := modelUpTo(t, input, changelog.ChangelogJSON, 1<<62)
+	tbl, err := wh.Catalog.LoadTable(ctx, ident)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, _ := deltawriter.NewKeyCodec(fuzzSchema)
+	got := map[string][]any{}
+	for row, err := range warehouse.Rows(ctx, tbl) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, _ := kc.Append(nil, row)
+		if _, dup := got[string(k)]; dup {
+			t.Fatalf("key %q read twice", k)
+		}
+		got[string(k)] = append([]any(nil), row...)
+	}
+	if len(got) != len(want) || !reflect.DeepEqual(got, want) {
+		t.Fatalf("table has %d live rows, the model %d (or they differ)", len(got), len(want))
+	}
+	return res
+}
+
+// Parallel writers, each owning a quarter of the vnodes, commit every
+// epoch together: one snapshot per commit epoch holds files of all of them.
+func TestParallelWritersAgainstModel(t *testing.T) {
+	for _, limit := range []int64{0, 256 << 10} {
+		t.Run(fmt.Sprint("limit", limit), func(t *testing.T) {
+			wh, err := warehouse.Open(context.Background(), t.TempDir(), warehouse.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer wh.Close()
+			input := genInput(t, 1, 20000, 16000)
+			cfg := sink.Config{SinkID: "par", Writers: 4, CheckpointRows: 2500, CommitInterval: 4, StateDir: t.TempDir(),
+				Writer: deltawriter.Options{MemoryLimit: limit, SpillDir: t.TempDir()}}
+			res := runAndCheck(t, wh, cfg, input)
+			if res.Commits == 0 || res.Committed.Line != res.Line {
+				t.Errorf("commits %d, committed line %d of %d", res.Commits, res.Committed.Line, res.Line)
+			}
+			tbl, _ := wh.Catalog.LoadTable(context.Background(), table.Identifier{"db", "t"})
+			for _, s := range tbl.Metadata().Snapshots() {
+				if s.Summary.Properties[commit.PropSinkID] != "par" {
+					t.Errorf("snapshot %d without the sink id", s.SnapshotID)
+				}
+			}
+			// Every snapshot but the last (end of input) is a commit-interval epoch.
+			snaps := tbl.Metadata().Snapshots()
+			for _, s := range snaps[:len(snaps)-1] {
+				if e, _ := strconv.Atoi(s.Summary.Properties[commit.PropEpoch]); e%4 != 0 {
+					t.Errorf("snapshot of epoch %d committed off the commit interval 4", e)
+				}
+			}
+		})
+	}
+}
+
+// The aggregate size trigger commits when all writers' buffered bytes add
+// up, not only on the interval.
+func TestCommitBytesTrigger(t *testing.T) {
+	wh, err := warehouse.Open(context.Background(), t.TempDir(), warehouse.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wh.Close()
+	input := genInput(t, 2, 8000, 3000)
+	cfg := sink.Config{SinkID: "bytes", Writers: 2, CheckpointRows: 500, CommitInterval: 1000, CommitBytes: 1}
+	res := runAndCheck(t, wh, cfg, input)
+	if res.Commits < 5 {
+		t.Errorf("the size trigger made %d commits with an interval of 1000 checkpoints; want one per checkpoint", res.Commits)
+	}
+}
+
+// The same job on a real PostgreSQL catalog (the shared deployment).
+func TestParallelWritersOnPostgres(t *testing.T) {
+	url := pgtest.Start(t)
+	wh, err := warehouse.Open(context.Background(), t.TempDir(), warehouse.Options{CatalogURI: url})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wh.Close()
+	input := genInput(t, 3, 10000, 2000)
+	cfg := sink.Config{SinkID: "pg", Writers: 3, CheckpointRows: 2000, StateDir: t.TempDir()}
+	runAndCheck(t, wh, cfg, input)
+	// A rerun continues after the committed input: nothing is committed twice.
+	res := runAndCheck(t, wh, cfg, input)
+	if res.Commits != 0 || res.Start.Line == 0 {
+		t.Errorf("rerun: %d commits from line %d; want none, resuming at the end", res.Commits, res.Start.Line)
+	}
+}
+
+// A bad line aborts every writer's window: nothing of it is committed.
+func TestBadLineAbortsAllWriters(t *testing.T) {
+	wh, err := warehouse.Open(context.Background(), t.TempDir(), warehouse.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wh.Close()
+	ctx := context.Background()
+	ident := table.Identifier{"db", "t"}
+	if _, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: fuzzSchema}); err != nil {
+		t.Fatal(err)
+	}
+	input := genInput(t, 4, 3000, 500)
+	input = append(input, []byte("{\"op\":\"+I\",\"data\":{\"id\":1}}\n")...)
+	dec, _ := changelog.NewDecoder(bytes.NewReader(input), changelog.ChangelogJSON, fuzzSchema)
+	res, err := sink.Run(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, Writers: 3, CheckpointRows: 1000}, dec)
+	var le *changelog.LineError
+	if !errors.As(err, &le) || le.Line != 3001 {
+		t.Fatalf("err = %v, want a LineError at line 3001", err)
+	}
+	if res.Committed.Line >= 3001 {
+		t.Fatalf("the window with the bad line was committed (up to %d)", res.Committed.Line)
+	}
+	tbl, _ := wh.Catalog.LoadTable(ctx, ident)
+	want := modelUpTo(t, input, changelog.ChangelogJSON, res.Committed.Line)
+	n := 0
+	for _, err := range warehouse.Rows(ctx, tbl) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if n != len(want) {
+		t.Errorf("table has %d rows, the committed prefix (%d lines) %d", n, res.Committed.Line, len(want))
+	}
+}
+
+func decimalOf(v int64) decimal128.Num { return decimal128.FromI64(v) }
