@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
@@ -29,23 +31,23 @@ const (
 // spent generating rows (not building records) is kept in gen, so that
 // the runs can leave it out as they leave it out of the writer's.
 type recordSource struct {
-	final *FinalRows
-	bld   *array.RecordBuilder
-	app   []func(any)
-	rows  [][]any
-	gen   atomic.Int64 // nanoseconds
-	done  atomic.Int64 // rows turned into records
-	cell  *progressCell
-	pr    *progress
+	fill func([][]any) int // the next rows; 0 at the end
+	bld  *array.RecordBuilder
+	app  []func(any)
+	rows [][]any
+	gen  atomic.Int64 // nanoseconds
+	done atomic.Int64 // rows turned into records
+	cell *progressCell
+	pr   *progress
 }
 
-func newRecordSource(sc *arrow.Schema, final *FinalRows, cell *progressCell, pr *progress) (*recordSource, error) {
+func newRecordSource(sc *arrow.Schema, fill func([][]any) int, cell *progressCell, pr *progress) (*recordSource, error) {
 	s := &recordSource{
-		final: final,
-		bld:   array.NewRecordBuilder(memory.DefaultAllocator, sc),
-		rows:  make([][]any, recordRows),
-		cell:  cell,
-		pr:    pr,
+		fill: fill,
+		bld:  array.NewRecordBuilder(memory.DefaultAllocator, sc),
+		rows: make([][]any, recordRows),
+		cell: cell,
+		pr:   pr,
 	}
 	for i, b := range s.bld.Fields() {
 		a, err := appenderOf(b)
@@ -61,7 +63,7 @@ func newRecordSource(sc *arrow.Schema, final *FinalRows, cell *progressCell, pr 
 // next returns the next record, or nil at the end.
 func (s *recordSource) next() arrow.RecordBatch {
 	t0 := time.Now()
-	n := s.final.Fill(s.rows)
+	n := s.fill(s.rows)
 	s.gen.Add(int64(time.Since(t0)))
 	if n == 0 {
 		return nil
@@ -140,6 +142,8 @@ type recordReader struct {
 	ref atomic.Int64
 }
 
+// Retain, Release, Schema, Next, RecordBatch and Err implement
+// array.RecordReader.
 func (r *recordReader) Retain()               { r.ref.Add(1) }
 func (r *recordReader) Schema() *arrow.Schema { return r.src.bld.Schema() }
 func (r *recordReader) Err() error            { return r.err }
@@ -193,7 +197,7 @@ func prepareFinal(ctx context.Context, e *runEnv) (*table.Table, *recordSource, 
 		wh.Close()
 		return nil, nil, nil, fmt.Errorf("arrow schema: %w", err)
 	}
-	src, err := newRecordSource(sc, final, e.cell, e.pr)
+	src, err := newRecordSource(sc, final.Fill, e.cell, e.pr)
 	if err != nil {
 		wh.Close()
 		return nil, nil, nil, err
@@ -259,9 +263,28 @@ func runFloor(ctx context.Context, e *runEnv) (err error) {
 	e.startTimed()
 	defer e.stopTimed(0)
 	began := time.Now()
-	fw, err := pqarrow.NewFileWriter(sc, f, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	err = encodeParquet(ctx, f, props, src)
+	gen := time.Duration(src.gen.Load())
+	elapsed := time.Since(began) - gen
+	e.stopTimed(gen)
+	if err != nil {
+		return fmt.Errorf("parquet floor: %s: %w", path, err)
+	}
+	st, err := os.Stat(path)
 	if err != nil {
 		return fmt.Errorf("parquet floor: %w", err)
+	}
+	e.res.Seconds = elapsed.Seconds()
+	e.res.Data = Files{Files: 1, Rows: src.done.Load(), Bytes: st.Size()}
+	return nil
+}
+
+// encodeParquet writes src's records to w as one Parquet file with props,
+// buffering row groups of rowGroupBytes raw bytes as the writer does.
+func encodeParquet(ctx context.Context, w io.Writer, props *parquet.WriterProperties, src *recordSource) error {
+	fw, err := pqarrow.NewFileWriter(src.bld.Schema(), w, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	if err != nil {
+		return err
 	}
 	var raw int64
 	for {
@@ -282,27 +305,14 @@ func runFloor(ctx context.Context, e *runEnv) (err error) {
 		err := fw.WriteBuffered(rec)
 		rec.Release()
 		if err != nil {
-			return errors.Join(fmt.Errorf("parquet floor: %w", err), fw.Close())
+			return errors.Join(err, fw.Close())
 		}
 		if raw >= rowGroupBytes {
 			fw.NewBufferedRowGroup()
 			raw = 0
 		}
 	}
-	err = fw.Close()
-	gen := time.Duration(src.gen.Load())
-	elapsed := time.Since(began) - gen
-	e.stopTimed(gen)
-	if err != nil {
-		return fmt.Errorf("parquet floor: closing %s: %w", path, err)
-	}
-	st, err := os.Stat(path)
-	if err != nil {
-		return fmt.Errorf("parquet floor: %w", err)
-	}
-	e.res.Seconds = elapsed.Seconds()
-	e.res.Data = Files{Files: 1, Rows: src.done.Load(), Bytes: st.Size()}
-	return nil
+	return fw.Close()
 }
 
 func atoi(s string) int {

@@ -37,13 +37,14 @@ type progressCell struct {
 
 // sampler records the process's memory every interval until stopped.
 type sampler struct {
-	interval time.Duration
-	cell     *progressCell
-	start    time.Time
-	hwmReset bool
-	heap     []metrics.Sample
-	stop     chan struct{}
-	done     sync.WaitGroup
+	interval  time.Duration
+	cell      *progressCell
+	start     time.Time
+	hwmReset  bool
+	startFile int64
+	heap      []metrics.Sample
+	stop      chan struct{}
+	done      sync.WaitGroup
 
 	mu      sync.Mutex
 	samples []Sample
@@ -70,6 +71,7 @@ func startSampler(interval time.Duration, cell *progressCell) *sampler {
 	// Writing 5 to clear_refs resets VmHWM to the current RSS (Linux 4.0+),
 	// so the peak read at the end belongs to this run alone.
 	s.hwmReset = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
+	_, _, s.startFile = readStatus()
 	s.start = time.Now()
 	s.take()
 	s.done.Add(1)
@@ -92,7 +94,7 @@ func (s *sampler) loop() {
 }
 
 func (s *sampler) take() {
-	rss, _ := readStatus()
+	rss, _, _ := readStatus()
 	metrics.Read(s.heap)
 	var heap int64
 	if v := s.heap[0].Value; v.Kind() == metrics.KindUint64 {
@@ -113,6 +115,7 @@ func (s *sampler) take() {
 // memoryFigures are a run's memory peaks.
 type memoryFigures struct {
 	startRSS  int64
+	startFile int64 // file-backed part of startRSS (the binary's pages)
 	peakRSS   int64
 	peakHeap  int64
 	peakAcc   int64
@@ -127,7 +130,7 @@ func (s *sampler) finish() memoryFigures {
 	s.done.Wait()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var m memoryFigures
+	m := memoryFigures{startFile: s.startFile}
 	for i, smp := range s.samples {
 		if i == 0 {
 			m.startRSS = smp.RSS
@@ -137,7 +140,7 @@ func (s *sampler) finish() memoryFigures {
 		m.peakAcc = max(m.peakAcc, smp.Accounted)
 	}
 	if s.hwmReset {
-		if _, hwm := readStatus(); hwm > 0 {
+		if _, hwm, _ := readStatus(); hwm > 0 {
 			m.peakRSS = max(m.peakRSS, hwm)
 			m.exactPeak = true
 		}
@@ -170,12 +173,12 @@ func downsample(ss []Sample, n int) []Sample {
 	return out
 }
 
-// readStatus returns VmRSS and VmHWM of /proc/self/status in bytes, or
-// zeros where the file does not exist.
-func readStatus() (rss, hwm int64) {
+// readStatus returns VmRSS, VmHWM and RssFile of /proc/self/status in
+// bytes, or zeros where the file does not exist.
+func readStatus() (rss, hwm, file int64) {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
 		switch {
@@ -183,9 +186,11 @@ func readStatus() (rss, hwm int64) {
 			rss = parseKB(line[len("VmRSS:"):])
 		case bytes.HasPrefix(line, []byte("VmHWM:")):
 			hwm = parseKB(line[len("VmHWM:"):])
+		case bytes.HasPrefix(line, []byte("RssFile:")):
+			file = parseKB(line[len("RssFile:"):])
 		}
 	}
-	return rss, hwm
+	return rss, hwm, file
 }
 
 func parseKB(b []byte) int64 {

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"path/filepath"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -52,8 +53,27 @@ func countScale(v float64) (float64, string) {
 	return 1, ""
 }
 
+// plainTicks are gonum's default ticks labelled without trailing zeros
+// ("250", not "250.00").
+type plainTicks struct{}
+
+// Ticks returns the default ticks between min and max, relabelled.
+func (plainTicks) Ticks(min, max float64) []plot.Tick {
+	ts := plot.DefaultTicks{}.Ticks(min, max)
+	for i := range ts {
+		if ts[i].Label != "" {
+			// Round to 10 digits first so that 0.30000000000000004 reads 0.3.
+			v, _ := strconv.ParseFloat(strconv.FormatFloat(ts[i].Value, 'g', 10, 64), 64)
+			ts[i].Label = strconv.FormatFloat(v, 'f', -1, 64)
+		}
+	}
+	return ts
+}
+
 func newPlot(title, x, y string) *plot.Plot {
 	p := plot.New()
+	p.X.Tick.Marker = plainTicks{}
+	p.Y.Tick.Marker = plainTicks{}
 	p.Title.Text = title
 	p.X.Label.Text = x
 	p.Y.Label.Text = y
@@ -159,6 +179,7 @@ func memoryOverTime(r *Results) (*plot.Plot, plotFile, error) {
 // barErrors are bar heights with min/max error bars.
 type barErrors struct{ y, lo, hi []float64 }
 
+// Len, XY and YError make barErrors a plotter.XYer and plotter.YErrorer.
 func (b barErrors) Len() int                        { return len(b.y) }
 func (b barErrors) XY(i int) (float64, float64)     { return float64(i), b.y[i] }
 func (b barErrors) YError(i int) (float64, float64) { return b.y[i] - b.lo[i], b.hi[i] - b.y[i] }

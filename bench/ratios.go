@@ -8,6 +8,7 @@ type target struct {
 	bound   float64
 }
 
+// String spells t as the report shows it (">= 0.90").
 func (t target) String() string {
 	if t.atLeast {
 		return fmt.Sprintf(">= %.2f", t.bound)

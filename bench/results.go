@@ -10,10 +10,10 @@ import (
 
 // Stat is the median, minimum and maximum of one figure over the repeats.
 type Stat struct {
-	Median float64 `json:"median"`
-	Min    float64 `json:"min"`
-	Max    float64 `json:"max"`
-	N      int     `json:"n"`
+	Median float64 `json:"median"` // the middle value (mean of the two middle ones for an even N)
+	Min    float64 `json:"min"`    // the smallest value
+	Max    float64 `json:"max"`    // the largest value
+	N      int     `json:"n"`      // how many values
 }
 
 // statOf returns the Stat of vs (zero when vs is empty).
@@ -32,17 +32,17 @@ func statOf(vs []float64) Stat {
 
 // Files counts the files of one kind a run wrote.
 type Files struct {
-	Files int   `json:"files"`
-	Rows  int64 `json:"rows"`
-	Bytes int64 `json:"bytes"`
+	Files int   `json:"files"` // number of files
+	Rows  int64 `json:"rows"`  // rows in them
+	Bytes int64 `json:"bytes"` // their size on storage
 }
 
 // ScanResult is the cost of reading a run's table back with iceberg-go's
 // scanner (deletes applied).
 type ScanResult struct {
-	Seconds    float64 `json:"seconds"`
-	Rows       int64   `json:"rows"`
-	RowsPerSec float64 `json:"rows_per_sec"`
+	Seconds    float64 `json:"seconds"`      // wall time of the whole scan, planning included
+	Rows       int64   `json:"rows"`         // live rows returned
+	RowsPerSec float64 `json:"rows_per_sec"` // Rows / Seconds
 }
 
 // RunResult is one repeat of one scenario.
@@ -68,32 +68,39 @@ type RunResult struct {
 	// StartRSS is the process's RSS when the run began, after a GC that
 	// returned freed memory to the OS.
 	StartRSS int64 `json:"start_rss"`
+	// StartRSSFile is the file-backed part of StartRSS: mostly the
+	// binary's own pages, which every run carries.
+	StartRSSFile int64 `json:"start_rss_file"`
 	// PeakRSS is the process's peak RSS during the run: the kernel's
 	// VmHWM, reset at the run's start, when ExactPeakRSS; else the
 	// largest sampled VmRSS.
 	PeakRSS      int64 `json:"peak_rss"`
-	ExactPeakRSS bool  `json:"exact_peak_rss"`
+	ExactPeakRSS bool  `json:"exact_peak_rss"` // PeakRSS is the run's own VmHWM
 	// PeakHeap is the largest sampled Go heap (object bytes).
 	PeakHeap int64 `json:"peak_heap"`
 	// PeakAccounted is the most bytes the writer accounted at once
-	// (writer scenarios).
+	// (writer scenarios): the larger of its own peak
+	// (Stats.PeakAccountedBytes) and its BufferedBytes after each batch.
 	PeakAccounted int64 `json:"peak_accounted"`
+	// LocalFlushes counts the writer's early file closes and delete-buffer
+	// writes to stay under its budget.
+	LocalFlushes int64 `json:"local_flushes"`
 	// Spill figures of the writer (zero when it did not spill).
-	Spills        int64 `json:"spills"`
-	BytesSpilled  int64 `json:"bytes_spilled"`
-	Compactions   int64 `json:"compactions"`
-	RunsCompacted int64 `json:"runs_compacted"`
+	Spills        int64 `json:"spills"`         // sorted runs written from the memory tier
+	BytesSpilled  int64 `json:"bytes_spilled"`  // their size
+	Compactions   int64 `json:"compactions"`    // merges of runs
+	RunsCompacted int64 `json:"runs_compacted"` // runs those merges read
 	// Lookups of the inserted-row index, by where they were answered:
 	// the memory tier, a bloom filter or range check, the block cache,
 	// the disk.
-	LookupsMemory int64 `json:"lookups_memory"`
-	LookupsFilter int64 `json:"lookups_filter"`
-	LookupsCache  int64 `json:"lookups_cache"`
-	LookupsDisk   int64 `json:"lookups_disk"`
+	LookupsMemory int64 `json:"lookups_memory"` // answered by the memory tier
+	LookupsFilter int64 `json:"lookups_filter"` // by a bloom filter or range check
+	LookupsCache  int64 `json:"lookups_cache"`  // by the block cache
+	LookupsDisk   int64 `json:"lookups_disk"`   // by a block read from disk
 	// Files written, by kind.
-	Data            Files `json:"data"`
-	PositionDeletes Files `json:"position_deletes"`
-	EqualityDeletes Files `json:"equality_deletes"`
+	Data            Files `json:"data"`             // data files
+	PositionDeletes Files `json:"position_deletes"` // position-delete files
+	EqualityDeletes Files `json:"equality_deletes"` // equality-delete files
 	// Commits is the number of snapshots the run committed.
 	Commits int `json:"commits"`
 	// Scan is the cost of reading the table back (not for the floor).
@@ -109,24 +116,24 @@ type RunResult struct {
 
 // Summary is a scenario's figures over its repeats.
 type Summary struct {
-	RowsPerSec     Stat `json:"rows_per_sec"`
-	Seconds        Stat `json:"seconds"`
-	CPUSeconds     Stat `json:"cpu_seconds"`
-	RowsPerCPUSec  Stat `json:"rows_per_cpu_sec"`
-	PeakRSS        Stat `json:"peak_rss"`
-	PeakHeap       Stat `json:"peak_heap"`
-	PeakAccounted  Stat `json:"peak_accounted"`
-	BytesSpilled   Stat `json:"bytes_spilled"`
-	Spills         Stat `json:"spills"`
-	ScanSeconds    Stat `json:"scan_seconds"`
-	ScanRowsPerSec Stat `json:"scan_rows_per_sec"`
+	RowsPerSec     Stat `json:"rows_per_sec"`      // RunResult.RowsPerSec
+	Seconds        Stat `json:"seconds"`           // RunResult.Seconds
+	CPUSeconds     Stat `json:"cpu_seconds"`       // RunResult.CPUSeconds
+	RowsPerCPUSec  Stat `json:"rows_per_cpu_sec"`  // RunResult.RowsPerCPUSec
+	PeakRSS        Stat `json:"peak_rss"`          // RunResult.PeakRSS
+	PeakHeap       Stat `json:"peak_heap"`         // RunResult.PeakHeap
+	PeakAccounted  Stat `json:"peak_accounted"`    // RunResult.PeakAccounted
+	BytesSpilled   Stat `json:"bytes_spilled"`     // RunResult.BytesSpilled
+	Spills         Stat `json:"spills"`            // RunResult.Spills
+	ScanSeconds    Stat `json:"scan_seconds"`      // ScanResult.Seconds, runs with a scan
+	ScanRowsPerSec Stat `json:"scan_rows_per_sec"` // ScanResult.RowsPerSec, runs with a scan
 }
 
 // ScenarioResult is one scenario with all its runs.
 type ScenarioResult struct {
 	Scenario
-	Runs    []RunResult `json:"runs"`
-	Summary Summary     `json:"summary"`
+	Runs    []RunResult `json:"runs"`    // in repeat order
+	Summary Summary     `json:"summary"` // over Runs
 }
 
 func (sr *ScenarioResult) summarize() {
@@ -207,40 +214,40 @@ type Ratio struct {
 
 // Environment describes the machine a bench ran on.
 type Environment struct {
-	GoVersion  string `json:"go_version"`
-	GOOS       string `json:"goos"`
-	GOARCH     string `json:"goarch"`
-	NumCPU     int    `json:"num_cpu"`
-	GOMAXPROCS int    `json:"gomaxprocs"`
-	CPUModel   string `json:"cpu_model,omitempty"`
-	MemTotal   int64  `json:"mem_total,omitempty"`
-	GOGC       string `json:"gogc,omitempty"`
-	GOMEMLIMIT string `json:"gomemlimit,omitempty"`
+	GoVersion  string `json:"go_version"`           // runtime.Version()
+	GOOS       string `json:"goos"`                 // runtime.GOOS
+	GOARCH     string `json:"goarch"`               // runtime.GOARCH
+	NumCPU     int    `json:"num_cpu"`              // runtime.NumCPU()
+	GOMAXPROCS int    `json:"gomaxprocs"`           // runtime.GOMAXPROCS(0)
+	CPUModel   string `json:"cpu_model,omitempty"`  // from /proc/cpuinfo
+	MemTotal   int64  `json:"mem_total,omitempty"`  // bytes, from /proc/meminfo
+	GOGC       string `json:"gogc,omitempty"`       // the GOGC environment variable
+	GOMEMLIMIT string `json:"gomemlimit,omitempty"` // the GOMEMLIMIT environment variable
 }
 
 // Config is what a bench ran, as recorded in results.json.
 type Config struct {
-	CommandLine    string        `json:"command_line,omitempty"`
-	Stream         StreamOptions `json:"stream"`
-	Mode           string        `json:"mode"`
-	Scenarios      []string      `json:"scenarios"`
-	Repeat         int           `json:"repeat"`
-	CommitEvery    int64         `json:"commit_every"`
-	TargetFileSize int64         `json:"target_file_size,omitempty"`
-	SampleInterval string        `json:"sample_interval"`
-	GoMemoryLimit  string        `json:"go_memory_limit,omitempty"`
+	CommandLine    string        `json:"command_line,omitempty"`     // Options.CommandLine
+	Stream         StreamOptions `json:"stream"`                     // defaults filled in
+	Mode           string        `json:"mode"`                       // "upsert" or "changelog"
+	Scenarios      []string      `json:"scenarios"`                  // names, in order
+	Repeat         int           `json:"repeat"`                     // Options.Repeat
+	CommitEvery    int64         `json:"commit_every"`               // Options.CommitEvery
+	TargetFileSize int64         `json:"target_file_size,omitempty"` // Options.TargetFileSize
+	SampleInterval string        `json:"sample_interval"`            // Options.SampleInterval
+	GoMemoryLimit  string        `json:"go_memory_limit,omitempty"`  // the soft limit set, if any
 }
 
 // Results is everything one bench measured.
 type Results struct {
-	Config      Config           `json:"config"`
-	Environment Environment      `json:"environment"`
-	Started     time.Time        `json:"started"`
-	Elapsed     float64          `json:"elapsed_seconds"`
-	Stream      Counts           `json:"stream"`
-	Scenarios   []ScenarioResult `json:"scenarios"`
-	Ratios      []Ratio          `json:"ratios"`
-	Warnings    []string         `json:"warnings,omitempty"`
+	Config      Config           `json:"config"`             // what ran
+	Environment Environment      `json:"environment"`        // where it ran
+	Started     time.Time        `json:"started"`            // when it began (UTC)
+	Elapsed     float64          `json:"elapsed_seconds"`    // how long the bench took
+	Stream      Counts           `json:"stream"`             // the events of the stream
+	Scenarios   []ScenarioResult `json:"scenarios"`          // in Config.Scenarios order
+	Ratios      []Ratio          `json:"ratios"`             // between scenarios, with targets
+	Warnings    []string         `json:"warnings,omitempty"` // wrong scans, budgets exceeded
 }
 
 // Scenario returns the result of the scenario named name, or nil.

@@ -185,15 +185,11 @@ func runOne(ctx context.Context, opts Options, sc Scenario, counts Counts, pr *p
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	limit := opts.GoMemoryLimit
+	env := &runEnv{opts: opts, sc: sc, dir: dir, pr: pr, cell: &progressCell{}, res: &rr, prevLimit: -1}
+	env.goLimit = opts.GoMemoryLimit
 	if opts.AutoGoMemoryLimit && sc.Kind == Bounded {
-		limit = 2*sc.MemoryLimit + 64<<20
+		env.goLimit = 2*sc.MemoryLimit + 64<<20
 	}
-	if limit > 0 {
-		prev := debug.SetMemoryLimit(limit)
-		defer debug.SetMemoryLimit(prev)
-	}
-	env := &runEnv{opts: opts, sc: sc, dir: dir, pr: pr, cell: &progressCell{}, res: &rr}
 	switch sc.Kind {
 	case Unbounded, Bounded:
 		err = runWriter(ctx, env)
@@ -225,12 +221,18 @@ type runEnv struct {
 	res  *RunResult
 	smp  *sampler
 	cpu0 time.Duration
+	// goLimit is the Go soft memory limit of the timed phase (0: none);
+	// prevLimit the one to restore after it (-1: nothing to restore).
+	goLimit, prevLimit int64
 }
 
-// startTimed settles the heap and starts the memory sampler; the timed
-// phase begins.
+// startTimed settles the heap, sets the Go soft memory limit if asked,
+// and starts the memory sampler; the timed phase begins.
 func (e *runEnv) startTimed() {
 	settle()
+	if e.goLimit > 0 {
+		e.prevLimit = debug.SetMemoryLimit(e.goLimit)
+	}
 	e.smp = startSampler(e.opts.SampleInterval, e.cell)
 	e.cpu0 = processCPU()
 }
@@ -238,6 +240,10 @@ func (e *runEnv) startTimed() {
 // stopTimed stops the sampler and records the memory figures and the
 // CPU time the process used, less gen (the generator's own time).
 func (e *runEnv) stopTimed(gen time.Duration) {
+	if e.prevLimit >= 0 {
+		debug.SetMemoryLimit(e.prevLimit)
+		e.prevLimit = -1
+	}
 	if e.smp == nil {
 		return
 	}
@@ -247,6 +253,7 @@ func (e *runEnv) stopTimed(gen time.Duration) {
 	m := e.smp.finish()
 	e.smp = nil
 	e.res.StartRSS, e.res.PeakRSS, e.res.ExactPeakRSS = m.startRSS, m.peakRSS, m.exactPeak
+	e.res.StartRSSFile = m.startFile
 	e.res.PeakHeap = m.peakHeap
 	e.res.PeakAccounted = max(e.res.PeakAccounted, m.peakAcc)
 	e.res.Series = m.series

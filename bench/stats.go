@@ -6,7 +6,8 @@ import "github.com/icesink/icesink/deltawriter"
 // that knows the fields of deltawriter.Stats.
 func applyStats(r *RunResult, s deltawriter.Stats) {
 	ix := s.Index
-	r.PeakAccounted = max(r.PeakAccounted, ix.PeakMemoryBytes)
+	r.PeakAccounted = max(r.PeakAccounted, s.PeakAccountedBytes, ix.PeakMemoryBytes)
+	r.LocalFlushes = s.LocalFlushes
 	r.Spills = ix.Spills
 	r.BytesSpilled = ix.SpilledBytes
 	r.Compactions = ix.Compactions

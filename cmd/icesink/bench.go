@@ -68,6 +68,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	st := bench.DefaultStream()
+	st.Keys = 0 // rows/4 unless --keys is given
 	fs.Var(countValue{&st.Rows}, "rows", "`N` changes in the stream (accepts 250k, 10M)")
 	fs.Var(countValue{&st.Keys}, "keys", "`N` distinct keys (default: rows/4)")
 	fs.Float64Var(&st.Updates, "updates", st.Updates, "share of events that update a live key (+U)")
@@ -96,14 +97,15 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 
-	keysSet := false
-	fs.Visit(func(f *flag.Flag) { keysSet = keysSet || f.Name == "keys" })
-	if !keysSet {
+	if st.Keys <= 0 {
 		st.Keys = max(st.Rows/4, 1)
 	}
 	var err error
 	if st.KeyType, err = bench.ParseKeyType(*keyType); err != nil {
 		return fmt.Errorf("%w: --key-type: %v", errUsage, err)
+	}
+	if _, err := bench.NewStream(st); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
 	}
 	opts := bench.Options{
 		Stream:         st,
