@@ -99,24 +99,6 @@ func (m *memtable) insert(slot int, hash uint64, key []byte, s State) bool {
 	return true
 }
 
-func (m *memtable) get(hash uint64, key []byte) (State, bool) {
-	i, ok := m.find(hash, key)
-	if !ok {
-		return State{}, false
-	}
-	e := &m.entries[m.slots[i]-1]
-	return unpack(e.file, e.pos), true
-}
-
-func (m *memtable) put(hash uint64, key []byte, s State) bool {
-	i, ok := m.find(hash, key)
-	if ok {
-		m.setAt(i, s)
-		return true
-	}
-	return m.insert(i, hash, key, s)
-}
-
 func (m *memtable) rehash(n int) {
 	if cap(m.slots) >= n {
 		m.slots = m.slots[:n]

@@ -198,6 +198,31 @@ func (f *parquetFile) abort(fs iceio.WriteFileIO) {
 	_ = fs.Remove(f.path)
 }
 
+// RowAppender appends rows, typed as Change documents, to an Arrow record
+// builder whose schema came from table.SchemaToArrowSchema: the same
+// conversion the writer's data files use.
+type RowAppender struct{ app []appender }
+
+// NewRowAppender returns an appender for the columns of bld.
+func NewRowAppender(bld *array.RecordBuilder) (*RowAppender, error) {
+	ra := &RowAppender{}
+	for i, b := range bld.Fields() {
+		a, err := appenderFor(b, bld.Schema().Field(i).Type)
+		if err != nil {
+			return nil, fmt.Errorf("column %s: %w", bld.Schema().Field(i).Name, err)
+		}
+		ra.app = append(ra.app, a)
+	}
+	return ra, nil
+}
+
+// Append appends one row; its values must fit the columns' types.
+func (ra *RowAppender) Append(row []any) {
+	for i, a := range ra.app {
+		a(row[i])
+	}
+}
+
 // appender appends one checked value (or nil) to a column builder.
 type appender func(v any)
 

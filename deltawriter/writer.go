@@ -357,27 +357,24 @@ func (w *Writer) Write(ctx context.Context, ch Change) error {
 // the files stay in the window until the commit).
 func (w *Writer) account() error {
 	var pq, dels int64
-	var largest *lane
-	var largestBytes int64
 	for _, ln := range w.lanes {
 		dels += int64(cap(ln.posDel)) * 8
-		var b int64
-		if ln.data != nil {
-			b += ln.data.bufferedBytes()
-		}
-		if ln.eq != nil {
-			b += ln.eq.bufferedBytes()
-		}
-		pq += b
-		if b > largestBytes {
-			largest, largestBytes = ln, b
-		}
+		pq += ln.openBytes()
 	}
-	total := pq + w.index.MemoryBytes() + dels
-	if total > w.stats.PeakAccountedBytes {
+	if total := pq + w.index.MemoryBytes() + dels; total > w.stats.PeakAccountedBytes {
 		w.stats.PeakAccountedBytes = total
 	}
-	for w.opts.parquetBytes > 0 && pq > w.opts.parquetBytes && largest != nil {
+	for w.opts.parquetBytes > 0 && pq > w.opts.parquetBytes {
+		var largest *lane
+		for _, ln := range w.lanes {
+			if largest == nil || ln.openBytes() > largest.openBytes() {
+				largest = ln
+			}
+		}
+		if largest == nil || largest.openBytes() == 0 {
+			return nil
+		}
+		pq -= largest.openBytes()
 		w.stats.LocalFlushes++
 		if largest.data != nil {
 			if err := w.closeData(largest); err != nil {
@@ -389,22 +386,20 @@ func (w *Writer) account() error {
 				return err
 			}
 		}
-		pq -= largestBytes
-		largest, largestBytes = nil, 0
-		for _, ln := range w.lanes {
-			var b int64
-			if ln.data != nil {
-				b += ln.data.bufferedBytes()
-			}
-			if ln.eq != nil {
-				b += ln.eq.bufferedBytes()
-			}
-			if b > largestBytes {
-				largest, largestBytes = ln, b
-			}
-		}
 	}
 	return nil
+}
+
+// openBytes is what the lane's open Parquet writers hold in memory.
+func (ln *lane) openBytes() int64 {
+	var b int64
+	if ln.data != nil {
+		b += ln.data.bufferedBytes()
+	}
+	if ln.eq != nil {
+		b += ln.eq.bufferedBytes()
+	}
+	return b
 }
 
 func (w *Writer) laneOf(row []any) (*lane, error) {
@@ -626,13 +621,7 @@ func (w *Writer) Flush(ctx context.Context) error {
 func (w *Writer) BufferedBytes() int64 {
 	n := w.index.MemoryBytes()
 	for _, ln := range w.lanes {
-		n += int64(cap(ln.posDel)) * 8
-		if ln.data != nil {
-			n += ln.data.bufferedBytes()
-		}
-		if ln.eq != nil {
-			n += ln.eq.bufferedBytes()
-		}
+		n += int64(cap(ln.posDel))*8 + ln.openBytes()
 	}
 	return n
 }

@@ -33,18 +33,24 @@ func openTable(ctx context.Context, tf tableFlags) (*warehouse.Warehouse, *table
 	return wh, tbl, nil
 }
 
-func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("scan", flag.ContinueOnError)
+// tableCommand parses the flags of a command that only names a table and
+// opens that table.
+func tableCommand(ctx context.Context, name string, args []string, stderr io.Writer) (*warehouse.Warehouse, *table.Table, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var tf tableFlags
 	tf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
-		return err
+		return nil, nil, err
 	}
 	if err := tf.check(); err != nil {
-		return err
+		return nil, nil, err
 	}
-	wh, th, err := openTable(ctx, tf)
+	return openTable(ctx, tf)
+}
+
+func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	wh, th, err := tableCommand(ctx, "scan", args, stderr)
 	if err != nil {
 		return err
 	}
@@ -88,17 +94,7 @@ func cmdScan(ctx context.Context, args []string, stdout, stderr io.Writer) error
 }
 
 func cmdSnapshots(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("snapshots", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var tf tableFlags
-	tf.register(fs)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if err := tf.check(); err != nil {
-		return err
-	}
-	wh, th, err := openTable(ctx, tf)
+	wh, th, err := tableCommand(ctx, "snapshots", args, stderr)
 	if err != nil {
 		return err
 	}
