@@ -3,6 +3,7 @@ package deltawriter
 import (
 	"fmt"
 	"io"
+	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -54,31 +55,50 @@ func WriterProperties(props iceberg.Properties, sc *arrow.Schema) *parquet.Write
 	return parquet.NewWriterProperties(wp...)
 }
 
-// countingWriter counts the bytes that reach the file.
+// countingWriter counts the bytes that reach the file. The encoder
+// goroutine writes; the writer reads n.
 type countingWriter struct {
 	w io.WriteCloser
-	n int64
+	n atomic.Int64
 }
 
 func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
-	c.n += int64(n)
+	c.n.Add(int64(n))
 	return n, err
 }
 
 // parquetFile is one Parquet file being written: rows go to an Arrow
-// builder, a full batch goes to the file's buffered row group.
+// builder; a full batch goes to the file's encoder, a goroutine that
+// encodes it into the buffered row group while the writer goes on with
+// the next rows (so index work and Parquet encoding use two cores). At
+// most encoderQueue batches wait for the encoder; the writer blocks
+// beyond that, so the file's memory stays bounded and is accounted.
 type parquetFile struct {
 	path      string
 	out       *countingWriter
-	fw        *pqarrow.FileWriter
+	fw        *pqarrow.FileWriter // the encoder's until it has stopped
 	bld       *array.RecordBuilder
 	app       []appender
 	buffered  int   // rows in bld
 	rows      int64 // rows appended in total
 	batchRows int
-	rgBytes   int64 // row-group size at which a new row group starts
-	rgRaw     int64 // Arrow bytes handed to the current row group
+	handed    int64 // Arrow bytes handed to the encoder in total
+	enc       *encoder
+}
+
+// encoderQueue is the number of batches that may wait for the encoder.
+const encoderQueue = 1
+
+// encoder is a parquetFile's encoding goroutine and what it publishes.
+type encoder struct {
+	in      chan arrow.RecordBatch
+	stopped chan struct{}
+	rgBytes int64 // row-group size at which a new row group starts
+
+	consumed atomic.Int64 // Arrow bytes of the batches encoded so far
+	held     atomic.Int64 // the row group's encoded pages and unencoded values
+	err      atomic.Pointer[error]
 }
 
 func createParquetFile(fs iceio.WriteFileIO, path string, sc *arrow.Schema, props *parquet.WriterProperties, batchRows int, rgBytes int64) (*parquetFile, error) {
@@ -94,16 +114,101 @@ func createParquetFile(fs iceio.WriteFileIO, path string, sc *arrow.Schema, prop
 		return nil, fmt.Errorf("opening a Parquet writer on %s: %w", path, err)
 	}
 	bld := array.NewRecordBuilder(memory.DefaultAllocator, sc)
-	pf := &parquetFile{path: path, out: out, fw: fw, bld: bld, batchRows: batchRows, rgBytes: rgBytes}
+	pf := &parquetFile{path: path, out: out, fw: fw, bld: bld, batchRows: batchRows}
 	for i, b := range bld.Fields() {
 		a, err := appenderFor(b, sc.Field(i).Type)
 		if err != nil {
-			pf.abort(fs)
+			bld.Release()
+			_ = f.Close()
+			_ = fs.Remove(path)
 			return nil, err
 		}
 		pf.app = append(pf.app, a)
 	}
+	pf.reserve(nil)
+	pf.enc = &encoder{
+		in:      make(chan arrow.RecordBatch, encoderQueue),
+		stopped: make(chan struct{}),
+		rgBytes: rgBytes,
+	}
+	go pf.enc.run(fw, path)
 	return pf, nil
+}
+
+// run encodes the batches it receives until in is closed. After an error
+// it drops the rest; the writer sees the error at its next hand-off.
+func (e *encoder) run(fw *pqarrow.FileWriter, path string) {
+	defer close(e.stopped)
+	var rgRaw int64 // Arrow bytes handed to the current row group
+	for rec := range e.in {
+		raw := recordBytes(rec)
+		if e.err.Load() == nil {
+			err := fw.WriteBuffered(rec)
+			rgRaw += raw
+			if err == nil && e.rgBytes > 0 && rgRaw >= e.rgBytes {
+				err = fw.NewBufferedRowGroupChecked()
+				rgRaw = 0
+			}
+			if err != nil {
+				err = fmt.Errorf("writing %s: %w", path, err)
+				e.err.Store(&err)
+			}
+			e.held.Store(fw.RowGroupTotalCompressedBytes() + max(rgRaw-fw.RowGroupTotalBytesWritten(), 0))
+		}
+		rec.Release()
+		e.consumed.Add(raw)
+	}
+}
+
+// failure is the encoder's error, if any.
+func (e *encoder) failure() error {
+	if p := e.err.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// stop ends the encoder after the batches it was handed and returns its error.
+func (f *parquetFile) stop() error {
+	if f.enc == nil {
+		return nil
+	}
+	close(f.enc.in)
+	<-f.enc.stopped
+	err := f.enc.failure()
+	f.enc = nil
+	return err
+}
+
+func recordBytes(rec arrow.RecordBatch) int64 {
+	var n int64
+	for _, c := range rec.Columns() {
+		for _, b := range c.Data().Buffers() {
+			if b != nil {
+				n += int64(b.Len())
+			}
+		}
+	}
+	return n
+}
+
+// reserve sizes the builders for a batch, the variable-length columns
+// after the last batch (nil: a guess), so that appends do not regrow them.
+func (f *parquetFile) reserve(last arrow.RecordBatch) {
+	for i, b := range f.bld.Fields() {
+		b.Reserve(f.batchRows)
+		bb, ok := b.(interface{ ReserveData(int) })
+		if !ok {
+			continue
+		}
+		n := f.batchRows * 16
+		if last != nil {
+			if bufs := last.Column(i).Data().Buffers(); len(bufs) > 2 && bufs[2] != nil {
+				n = bufs[2].Len() + bufs[2].Len()/8
+			}
+		}
+		bb.ReserveData(n)
+	}
 }
 
 // appendRow appends the values of row at the columns cols (all columns
@@ -119,6 +224,21 @@ func (f *parquetFile) appendRow(row []any, cols []int) (int64, error) {
 			a(row[cols[i]])
 		}
 	}
+	return f.appended()
+}
+
+// appendPositionDelete appends one (file_path, pos) row to a position
+// delete file.
+func (f *parquetFile) appendPositionDelete(path string, pos int64) error {
+	f.bld.Field(0).(*array.StringBuilder).Append(path)
+	f.bld.Field(1).(*array.Int64Builder).Append(pos)
+	_, err := f.appended()
+	return err
+}
+
+// appended counts a row appended to the builders and hands a full batch
+// to the encoder.
+func (f *parquetFile) appended() (int64, error) {
 	pos := f.rows
 	f.rows++
 	f.buffered++
@@ -130,69 +250,64 @@ func (f *parquetFile) appendRow(row []any, cols []int) (int64, error) {
 	return pos, nil
 }
 
+// flushBatch hands the builders' rows to the encoder.
 func (f *parquetFile) flushBatch() error {
+	if err := f.enc.failure(); err != nil {
+		return err
+	}
 	if f.buffered == 0 {
 		return nil
 	}
 	rec := f.bld.NewRecordBatch()
-	defer rec.Release()
 	f.buffered = 0
-	for _, c := range rec.Columns() {
-		for _, b := range c.Data().Buffers() {
-			if b != nil {
-				f.rgRaw += int64(b.Len())
-			}
-		}
-	}
-	if err := f.fw.WriteBuffered(rec); err != nil {
-		return fmt.Errorf("writing %s: %w", f.path, err)
-	}
-	if f.rgBytes > 0 && f.rgRaw >= f.rgBytes {
-		if err := f.fw.NewBufferedRowGroupChecked(); err != nil {
-			return fmt.Errorf("writing %s: %w", f.path, err)
-		}
-		f.rgRaw = 0
-	}
+	f.handed += recordBytes(rec)
+	f.reserve(rec)
+	f.enc.in <- rec
 	return nil
 }
 
-// unpaged estimates the bytes of the current row group that the column
-// writers still hold unencoded (not yet cut into pages).
-func (f *parquetFile) unpaged() int64 {
-	return max(f.rgRaw-f.fw.RowGroupTotalBytesWritten(), 0)
+// queued is the Arrow bytes handed to the encoder and not yet encoded.
+func (f *parquetFile) queued() int64 {
+	return max(f.handed-f.enc.consumed.Load(), 0)
 }
 
 // bufferedBytes estimates the memory the file holds: the builder's rows,
-// the encoded pages of the buffered row group and its unencoded values.
+// the batches waiting for the encoder, the encoded pages of the buffered
+// row group and its unencoded values.
 func (f *parquetFile) bufferedBytes() int64 {
-	return int64(f.buffered)*64 + f.fw.RowGroupTotalCompressedBytes() + f.unpaged()
+	return int64(f.buffered)*64 + f.queued() + f.enc.held.Load()
 }
 
 // size estimates the file's size so far (an upper bound: unencoded values
 // are counted raw).
 func (f *parquetFile) size() int64 {
-	return f.out.n + f.fw.RowGroupTotalCompressedBytes() + f.unpaged()
+	return f.out.n.Load() + f.queued() + f.enc.held.Load()
 }
 
 // close finishes the file and returns its footer and size.
 func (f *parquetFile) close() (*metadata.FileMetaData, int64, error) {
 	err := f.flushBatch()
-	f.bld.Release()
-	if cerr := f.fw.Close(); err == nil && cerr != nil {
-		err = fmt.Errorf("closing %s: %w", f.path, cerr)
+	if serr := f.stop(); err == nil {
+		err = serr
 	}
+	f.bld.Release()
 	if err != nil {
+		_ = f.out.w.Close()
 		return nil, 0, err
+	}
+	if err := f.fw.Close(); err != nil {
+		return nil, 0, fmt.Errorf("closing %s: %w", f.path, err)
 	}
 	md, err := f.fw.FileMetadata()
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading the footer of %s: %w", f.path, err)
 	}
-	return md, f.out.n, nil
+	return md, f.out.n.Load(), nil
 }
 
 // abort drops the file.
 func (f *parquetFile) abort(fs iceio.WriteFileIO) {
+	_ = f.stop()
 	f.bld.Release()
 	_ = f.out.w.Close()
 	_ = fs.Remove(f.path)

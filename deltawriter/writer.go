@@ -582,11 +582,8 @@ func (w *Writer) flushPositionDeletes(ln *lane) error {
 	if err != nil {
 		return fmt.Errorf("deltawriter: %w", err)
 	}
-	row := make([]any, 2)
 	for _, d := range ln.posDel {
-		row[0] = w.files[ords[d>>32]].path
-		row[1] = int64(d & (1<<32 - 1))
-		if _, err := f.appendRow(row, nil); err != nil {
+		if err := f.appendPositionDelete(w.files[ords[d>>32]].path, int64(d&(1<<32-1))); err != nil {
 			f.abort(w.fs)
 			return fmt.Errorf("deltawriter: %w", err)
 		}
