@@ -42,6 +42,8 @@ type Cache struct {
 	counters   int64
 	nextHandle atomic.Uint64
 	nextRunID  atomic.Uint64
+	offered    atomic.Int64 // bytes offered by set
+	misses     atomic.Uint64
 
 	mu   sync.Mutex
 	runs map[uint64]*cacheRun
@@ -62,8 +64,9 @@ func NewCache(capacity int64) (*Cache, error) {
 	if capacity <= 0 {
 		return nil, fmt.Errorf("spill: cache capacity %d must be > 0", capacity)
 	}
-	// Ristretto wants ~10 counters per item it will hold; items are ~16 KiB.
-	counters := max(capacity/(16<<10)*10, 1024)
+	// Ristretto wants ~10 counters per item it will hold; items are ~4 KiB
+	// (the default block size).
+	counters := max(capacity/(4<<10)*10, 1024)
 	rc, err := ristretto.NewCache(&ristretto.Config[[]byte, []byte]{
 		NumCounters: counters,
 		MaxCost:     capacity,
@@ -125,7 +128,24 @@ func (c *Cache) EvictRun(id uint64) {
 func (c *Cache) get(k *cacheKey) ([]byte, bool) { return c.rc.Get(k[:]) }
 
 func (c *Cache) set(k *cacheKey, block []byte) {
+	c.offered.Add(int64(cap(block)))
 	c.rc.Set(k[:], block, int64(cap(block)))
+}
+
+// offerEvery is how often a block read from disk is offered to a full cache.
+const offerEvery = 4
+
+// shouldOffer says whether a block just missed should be offered to the
+// cache. Until the cache has been offered its capacity, every block is;
+// then one miss in offerEvery. Ristretto's admission counts every Get, hit
+// or miss, so a block that keeps missing is still offered and admitted
+// soon, while the reads of blocks touched once skip the fresh buffer and
+// the set that ristretto would mostly refuse.
+func (c *Cache) shouldOffer() bool {
+	if c.offered.Load() < c.capacity {
+		return true
+	}
+	return c.misses.Add(1)%offerEvery == 0
 }
 
 // Wait blocks until the sets issued so far are applied (or refused), for

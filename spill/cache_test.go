@@ -153,3 +153,58 @@ func TestCacheSharedBySets(t *testing.T) {
 		t.Fatal("a shared cache counted in a set's memory")
 	}
 }
+
+// TestCacheFullStillAdmitsHotBlocks: once the cache has been offered its
+// capacity, misses are offered only now and then (shouldOffer), yet a
+// block that keeps being read gets cached, and every read stays correct.
+func TestCacheFullStillAdmitsHotBlocks(t *testing.T) {
+	fs := NewMemFS()
+	c, err := NewCache(64 << 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	es := makeEntries(20000, 1, "value", nil)
+	info := writeRun(t, fs, "/h", es, WriterOptions{BlockSize: 1024})
+	if int64(info.Blocks)*1024 < 4*c.Capacity() {
+		t.Fatalf("run of %d blocks does not overflow the cache", info.Blocks)
+	}
+	r := openRun(t, fs, "/h", ReaderOptions{Cache: c})
+	defer r.Close()
+	for _, e := range es { // cold pass: the cache has been offered more than it holds
+		v, found, _, err := r.Get(e.Hash, e.Key)
+		if err != nil || !found || !bytes.Equal(v, e.Value) {
+			t.Fatalf("get %s: %q %v %v", e.Key, v, found, err)
+		}
+	}
+	c.Wait()
+	if c.offered.Load() < c.Capacity() {
+		t.Fatalf("offered %d bytes, capacity %d", c.offered.Load(), c.Capacity())
+	}
+	hot := es[:8]
+	cached := false
+	for pass := 0; pass < 50 && !cached; pass++ {
+		cached = true
+		for _, e := range hot {
+			v, found, src, err := r.Get(e.Hash, e.Key)
+			if err != nil || !found || !bytes.Equal(v, e.Value) {
+				t.Fatalf("hot get %s: %q %v %v", e.Key, v, found, err)
+			}
+			cached = cached && src == SourceCache
+		}
+		c.Wait()
+	}
+	if !cached {
+		t.Fatal("hot blocks never cached in a full cache")
+	}
+	// A second cold pass offers about one miss in offerEvery, not every one.
+	before, disk := c.offered.Load(), 0
+	for _, e := range es[len(es)/2:] {
+		if _, _, src, _ := r.Get(e.Hash, e.Key); src == SourceDisk {
+			disk++
+		}
+	}
+	if got := c.offered.Load() - before; disk == 0 || got > int64(disk)*1024/2 {
+		t.Fatalf("a cold pass with %d disk reads of <= 1 KiB blocks offered %d bytes", disk, got)
+	}
+}

@@ -5,7 +5,9 @@ type WriterOptions struct {
 	// BlockSize is the target size in bytes of a data block: a block is
 	// finished before an entry would take it past this size. Blocks are the
 	// unit of disk reads and of the cache (which costs ~180 B per block on top
-	// of its bytes). Default 16 KiB.
+	// of its bytes), and the index holds 16 B per block. Default 4 KiB, as
+	// Pebble's: a point lookup reads, checksums and caches a quarter of what
+	// a 16 KiB block costs, for 0.12 B more index per 40-byte entry.
 	BlockSize int
 	// RestartInterval is the number of entries between restart points in a
 	// data block; a lookup scans at most this many entries. Default 16.
@@ -28,7 +30,7 @@ type WriterOptions struct {
 
 func (o WriterOptions) ensureDefaults() WriterOptions {
 	if o.BlockSize <= 0 {
-		o.BlockSize = 16 << 10
+		o.BlockSize = 4 << 10
 	}
 	if o.RestartInterval <= 0 {
 		o.RestartInterval = 16

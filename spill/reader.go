@@ -192,6 +192,8 @@ func (r *Reader) dataBlock(i int) ([]byte, Source, error) {
 		if b, ok := r.cache.get(&r.ck); ok {
 			return b, SourceCache, nil
 		}
+	}
+	if r.cache != nil && r.cache.shouldOffer() {
 		// A fresh buffer: the cache keeps it.
 		buf := make([]byte, int(h.len)+trailerLen)
 		if err := r.readBlock(buf, h, blockKindData); err != nil {
