@@ -117,7 +117,7 @@ func TestLargeSingleWindow(t *testing.T) {
 		n = 200_000
 	}
 	// The bloom filters and block indexes of spilled runs stay in memory
-	// (about 1.3 bytes per spilled key), so a million keys need a few MiB.
+	// (about 1.4 bytes per spilled key), so a million keys need a few MiB.
 	t.Run("unbounded", func(t *testing.T) { testLargeWindow(t, n/4, 0, false) })
 	t.Run("4MiB", func(t *testing.T) { testLargeWindow(t, n, 4<<20, true) })
 }
