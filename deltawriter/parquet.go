@@ -69,15 +69,13 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 // parquetFile is one Parquet file being written: rows go to an Arrow
-// builder; a full batch goes to the file's encoder, a goroutine that
-// encodes it into the buffered row group while the writer goes on with
-// the next rows (so index work and Parquet encoding use two cores). At
-// most encoderQueue batches wait for the encoder; the writer blocks
-// beyond that, so the file's memory stays bounded and is accounted.
+// builder; a full batch goes to the writer's encoder, a goroutine that
+// encodes it into the file's buffered row group while the writer goes on
+// with the next rows (so index work and Parquet encoding use two cores).
 type parquetFile struct {
 	path      string
 	out       *countingWriter
-	fw        *pqarrow.FileWriter // the encoder's until it has stopped
+	fw        *pqarrow.FileWriter // the encoder's until stop
 	bld       *array.RecordBuilder
 	app       []appender
 	buffered  int   // rows in bld
@@ -85,23 +83,69 @@ type parquetFile struct {
 	batchRows int
 	handed    int64 // Arrow bytes handed to the encoder in total
 	enc       *encoder
-}
+	stopped   bool
 
-// encoderQueue is the number of batches that may wait for the encoder.
-const encoderQueue = 1
-
-// encoder is a parquetFile's encoding goroutine and what it publishes.
-type encoder struct {
-	in      chan arrow.RecordBatch
-	stopped chan struct{}
-	rgBytes int64 // row-group size at which a new row group starts
-
+	// The encoder's side: rgRaw is its own, the rest it publishes.
+	rgBytes  int64 // row-group size at which a new row group starts
+	rgRaw    int64 // Arrow bytes handed to the current row group
 	consumed atomic.Int64 // Arrow bytes of the batches encoded so far
 	held     atomic.Int64 // the row group's encoded pages and unencoded values
 	err      atomic.Pointer[error]
 }
 
-func createParquetFile(fs iceio.WriteFileIO, path string, sc *arrow.Schema, props *parquet.WriterProperties, batchRows int, rgBytes int64) (*parquetFile, error) {
+// encoder is a writer's encoding goroutine. It encodes the batches of all
+// the writer's open files in the order they were handed over, one at a
+// time, so a writer holds one zstd encoder's state (~19 MiB at the default
+// level) however many files it has open. At most encoderQueue batches
+// wait; the writer blocks beyond that, so what the files hold stays
+// bounded, and it is accounted (parquetFile.bufferedBytes).
+type encoder struct {
+	jobs    chan encodeJob
+	stopped chan struct{}
+}
+
+// encoderQueue is the number of batches that may wait for the encoder.
+const encoderQueue = 2
+
+// encodeJob is a batch of a file, or (rec nil) a barrier: done is closed
+// once every earlier job has been encoded.
+type encodeJob struct {
+	f    *parquetFile
+	rec  arrow.RecordBatch
+	done chan struct{}
+}
+
+func newEncoder() *encoder {
+	e := &encoder{jobs: make(chan encodeJob, encoderQueue), stopped: make(chan struct{})}
+	go e.run()
+	return e
+}
+
+func (e *encoder) run() {
+	defer close(e.stopped)
+	for j := range e.jobs {
+		if j.rec == nil {
+			close(j.done)
+			continue
+		}
+		j.f.encode(j.rec)
+	}
+}
+
+// barrier returns once every job handed so far has been encoded.
+func (e *encoder) barrier() {
+	done := make(chan struct{})
+	e.jobs <- encodeJob{done: done}
+	<-done
+}
+
+// close stops the goroutine after the jobs handed so far.
+func (e *encoder) close() {
+	close(e.jobs)
+	<-e.stopped
+}
+
+func createParquetFile(fs iceio.WriteFileIO, enc *encoder, path string, sc *arrow.Schema, props *parquet.WriterProperties, batchRows int, rgBytes int64) (*parquetFile, error) {
 	f, err := fs.Create(path)
 	if err != nil {
 		return nil, fmt.Errorf("creating %s: %w", path, err)
@@ -114,7 +158,7 @@ func createParquetFile(fs iceio.WriteFileIO, path string, sc *arrow.Schema, prop
 		return nil, fmt.Errorf("opening a Parquet writer on %s: %w", path, err)
 	}
 	bld := array.NewRecordBuilder(memory.DefaultAllocator, sc)
-	pf := &parquetFile{path: path, out: out, fw: fw, bld: bld, batchRows: batchRows}
+	pf := &parquetFile{path: path, out: out, fw: fw, bld: bld, batchRows: batchRows, enc: enc, rgBytes: rgBytes}
 	for i, b := range bld.Fields() {
 		a, err := appenderFor(b, sc.Field(i).Type)
 		if err != nil {
@@ -126,58 +170,49 @@ func createParquetFile(fs iceio.WriteFileIO, path string, sc *arrow.Schema, prop
 		pf.app = append(pf.app, a)
 	}
 	pf.reserve(nil)
-	pf.enc = &encoder{
-		in:      make(chan arrow.RecordBatch, encoderQueue),
-		stopped: make(chan struct{}),
-		rgBytes: rgBytes,
-	}
-	go pf.enc.run(fw, path)
 	return pf, nil
 }
 
-// run encodes the batches it receives until in is closed. After an error
-// it drops the rest; the writer sees the error at its next hand-off.
-func (e *encoder) run(fw *pqarrow.FileWriter, path string) {
-	defer close(e.stopped)
-	var rgRaw int64 // Arrow bytes handed to the current row group
-	for rec := range e.in {
-		raw := recordBytes(rec)
-		if e.err.Load() == nil {
-			err := fw.WriteBuffered(rec)
-			rgRaw += raw
-			if err == nil && e.rgBytes > 0 && rgRaw >= e.rgBytes {
-				err = fw.NewBufferedRowGroupChecked()
-				rgRaw = 0
-			}
-			if err != nil {
-				err = fmt.Errorf("writing %s: %w", path, err)
-				e.err.Store(&err)
-			}
-			e.held.Store(fw.RowGroupTotalCompressedBytes() + max(rgRaw-fw.RowGroupTotalBytesWritten(), 0))
+// encode writes one batch into the buffered row group (on the encoder's
+// goroutine). After an error it drops the file's later batches; the
+// writer sees the error at its next hand-off.
+func (f *parquetFile) encode(rec arrow.RecordBatch) {
+	raw := recordBytes(rec)
+	if f.err.Load() == nil {
+		err := f.fw.WriteBuffered(rec)
+		f.rgRaw += raw
+		if err == nil && f.rgBytes > 0 && f.rgRaw >= f.rgBytes {
+			err = f.fw.NewBufferedRowGroupChecked()
+			f.rgRaw = 0
 		}
-		rec.Release()
-		e.consumed.Add(raw)
+		if err != nil {
+			err = fmt.Errorf("writing %s: %w", f.path, err)
+			f.err.Store(&err)
+		}
+		f.held.Store(f.fw.RowGroupTotalCompressedBytes() + max(f.rgRaw-f.fw.RowGroupTotalBytesWritten(), 0))
 	}
+	rec.Release()
+	f.consumed.Add(raw)
 }
 
-// failure is the encoder's error, if any.
-func (e *encoder) failure() error {
-	if p := e.err.Load(); p != nil {
+// failure is the encoder's error on this file, if any.
+func (f *parquetFile) failure() error {
+	if p := f.err.Load(); p != nil {
 		return *p
 	}
 	return nil
 }
 
-// stop ends the encoder after the batches it was handed and returns its error.
+// stop waits until the encoder has encoded every batch of the file handed
+// so far and returns its error; the file is the caller's again.
 func (f *parquetFile) stop() error {
-	if f.enc == nil {
-		return nil
+	if !f.stopped {
+		f.stopped = true
+		if f.handed > 0 {
+			f.enc.barrier()
+		}
 	}
-	close(f.enc.in)
-	<-f.enc.stopped
-	err := f.enc.failure()
-	f.enc = nil
-	return err
+	return f.failure()
 }
 
 func recordBytes(rec arrow.RecordBatch) int64 {
@@ -252,7 +287,7 @@ func (f *parquetFile) appended() (int64, error) {
 
 // flushBatch hands the builders' rows to the encoder.
 func (f *parquetFile) flushBatch() error {
-	if err := f.enc.failure(); err != nil {
+	if err := f.failure(); err != nil {
 		return err
 	}
 	if f.buffered == 0 {
@@ -262,26 +297,26 @@ func (f *parquetFile) flushBatch() error {
 	f.buffered = 0
 	f.handed += recordBytes(rec)
 	f.reserve(rec)
-	f.enc.in <- rec
+	f.enc.jobs <- encodeJob{f: f, rec: rec}
 	return nil
 }
 
 // queued is the Arrow bytes handed to the encoder and not yet encoded.
 func (f *parquetFile) queued() int64 {
-	return max(f.handed-f.enc.consumed.Load(), 0)
+	return max(f.handed-f.consumed.Load(), 0)
 }
 
 // bufferedBytes estimates the memory the file holds: the builder's rows,
 // the batches waiting for the encoder, the encoded pages of the buffered
 // row group and its unencoded values.
 func (f *parquetFile) bufferedBytes() int64 {
-	return int64(f.buffered)*64 + f.queued() + f.enc.held.Load()
+	return int64(f.buffered)*64 + f.queued() + f.held.Load()
 }
 
 // size estimates the file's size so far (an upper bound: unencoded values
 // are counted raw).
 func (f *parquetFile) size() int64 {
-	return f.out.n.Load() + f.queued() + f.enc.held.Load()
+	return f.out.n.Load() + f.queued() + f.held.Load()
 }
 
 // close finishes the file and returns its footer and size.

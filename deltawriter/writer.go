@@ -156,6 +156,7 @@ type Writer struct {
 	eqProps   *parquet.WriterProperties
 	posProps  *parquet.WriterProperties
 	index     *dedup.Index
+	enc       *encoder // encodes the open files' batches; stopped by Close
 
 	window  string // unique id of the window, part of file names
 	lanes   map[string]*lane
@@ -256,6 +257,7 @@ func New(ctx context.Context, tbl *table.Table, opts Options) (*Writer, error) {
 		eqProps:   WriterProperties(props, eqArrow),
 		posProps:  WriterProperties(props, table.PositionalDeleteArrowSchema),
 		index:     index,
+		enc:       newEncoder(),
 	}
 	w.resetWindow()
 	return w, nil
@@ -437,7 +439,7 @@ func (w *Writer) appendRow(ln *lane, row []any) (dedup.Ref, error) {
 			return dedup.Ref{}, fmt.Errorf("deltawriter: window has %d data files, the most it can hold", len(w.files))
 		}
 		path := w.newPath(ln, "data")
-		f, err := createParquetFile(w.fs, path, w.arrow, w.dataProps, w.opts.BatchRows, w.opts.RowGroupBytes)
+		f, err := createParquetFile(w.fs, w.enc, path, w.arrow, w.dataProps, w.opts.BatchRows, w.opts.RowGroupBytes)
 		if err != nil {
 			return dedup.Ref{}, fmt.Errorf("deltawriter: %w", err)
 		}
@@ -475,7 +477,7 @@ func (w *Writer) positionDelete(ref dedup.Ref) error {
 
 func (w *Writer) equalityDelete(ln *lane, row []any) error {
 	if ln.eq == nil {
-		f, err := createParquetFile(w.fs, w.newPath(ln, "eq"), w.eqArrow, w.eqProps, w.opts.BatchRows, w.opts.RowGroupBytes)
+		f, err := createParquetFile(w.fs, w.enc, w.newPath(ln, "eq"), w.eqArrow, w.eqProps, w.opts.BatchRows, w.opts.RowGroupBytes)
 		if err != nil {
 			return fmt.Errorf("deltawriter: %w", err)
 		}
@@ -578,7 +580,7 @@ func (w *Writer) flushPositionDeletes(ln *lane) error {
 	}
 	slices.Sort(ln.posDel)
 	path := w.newPath(ln, "pos")
-	f, err := createParquetFile(w.fs, path, table.PositionalDeleteArrowSchema, w.posProps, w.opts.BatchRows, w.opts.RowGroupBytes)
+	f, err := createParquetFile(w.fs, w.enc, path, table.PositionalDeleteArrowSchema, w.posProps, w.opts.BatchRows, w.opts.RowGroupBytes)
 	if err != nil {
 		return fmt.Errorf("deltawriter: %w", err)
 	}
@@ -704,6 +706,10 @@ func (w *Writer) Discard(ctx context.Context, p commit.Payload) error {
 // Close aborts the open window and releases the writer.
 func (w *Writer) Close(ctx context.Context) error {
 	err := w.Abort(ctx)
+	if w.enc != nil {
+		w.enc.close()
+		w.enc = nil
+	}
 	return errors.Join(err, w.index.Close())
 }
 
