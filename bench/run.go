@@ -46,8 +46,9 @@ type Options struct {
 	// run (debug.SetMemoryLimit); 0 leaves it as the process has it.
 	GoMemoryLimit int64
 	// AutoGoMemoryLimit sets, during each bounded run, the Go runtime's
-	// soft memory limit to 2 × the writer's budget + 64 MiB (the peak RSS
-	// the budget promises); other runs keep GoMemoryLimit. Default false.
+	// soft memory limit to deltawriter.SoftMemoryLimit(budget, 1): what
+	// `icesink run --memory-limit` sets. Other runs keep GoMemoryLimit.
+	// Default false (the command's default is true).
 	AutoGoMemoryLimit bool
 	// CommandLine is recorded in the results, to say how to reproduce them.
 	CommandLine string
@@ -188,7 +189,7 @@ func runOne(ctx context.Context, opts Options, sc Scenario, counts Counts, pr *p
 	env := &runEnv{opts: opts, sc: sc, dir: dir, pr: pr, cell: &progressCell{}, res: &rr, prevLimit: -1}
 	env.goLimit = opts.GoMemoryLimit
 	if opts.AutoGoMemoryLimit && sc.Kind == Bounded {
-		env.goLimit = 2*sc.MemoryLimit + 64<<20
+		env.goLimit = deltawriter.SoftMemoryLimit(sc.MemoryLimit, 1)
 	}
 	switch sc.Kind {
 	case Unbounded, Bounded:
@@ -335,7 +336,7 @@ func configOf(o Options) Config {
 	case o.AutoGoMemoryLimit && o.GoMemoryLimit > 0:
 		c.GoMemoryLimit = "auto for bounded runs, else " + FormatSize(o.GoMemoryLimit)
 	case o.AutoGoMemoryLimit:
-		c.GoMemoryLimit = "auto for bounded runs (2 x budget + 64MiB)"
+		c.GoMemoryLimit = "auto for bounded runs (1.5 x budget + 48MiB, as icesink run sets it)"
 	case o.GoMemoryLimit > 0:
 		c.GoMemoryLimit = FormatSize(o.GoMemoryLimit)
 	}

@@ -89,7 +89,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	keep := fs.Bool("keep", false, "keep each run's folder")
 	out := fs.String("out", "", "write results.json, report.md and PNG plots into `DIR`")
 	interval := fs.Duration("sample-interval", 20*time.Millisecond, "memory sampling period")
-	goLimit := fs.String("go-memory-limit", "", "Go soft memory limit during the runs: a `SIZE`, or auto (2 x budget + 64MiB for bounded runs); default: the process's (GOMEMLIMIT)")
+	goLimit := fs.String("go-memory-limit", "auto", "Go soft memory limit during the runs: auto (bounded runs get what `icesink run --memory-limit` sets, 1.5 x budget + 48MiB, unless GOMEMLIMIT is set; others none), none (the process's), or a `SIZE` for every run")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole bench to `FILE` (pick scenarios with --scenarios)")
 	memProfile := fs.String("memprofile", "", "write an allocation profile to `FILE` at the end")
 	quiet := fs.Bool("quiet", false, "no progress bar")
@@ -142,9 +142,9 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	switch *goLimit {
-	case "":
+	case "none", "":
 	case "auto":
-		opts.AutoGoMemoryLimit = true
+		opts.AutoGoMemoryLimit = os.Getenv("GOMEMLIMIT") == ""
 	default:
 		if opts.GoMemoryLimit, err = bench.ParseSize(*goLimit); err != nil {
 			return fmt.Errorf("%w: --go-memory-limit: %v", errUsage, err)

@@ -158,7 +158,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if limit > 0 && os.Getenv("GOMEMLIMIT") == "" {
 		// A soft limit for the runtime from the budget keeps the GC's
 		// headroom (GOGC=100 lets the heap double) inside the budget.
-		debug.SetMemoryLimit(limit*int64(*writers)*3/2 + 48<<20)
+		debug.SetMemoryLimit(deltawriter.SoftMemoryLimit(limit, *writers))
 	}
 	if !*quiet && isTerminal(stderr) {
 		cfg.Progress = progressLine(stderr)
