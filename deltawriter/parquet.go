@@ -86,8 +86,8 @@ type parquetFile struct {
 	stopped   bool
 
 	// The encoder's side: rgRaw is its own, the rest it publishes.
-	rgBytes  int64 // row-group size at which a new row group starts
-	rgRaw    int64 // Arrow bytes handed to the current row group
+	rgBytes  int64        // row-group size at which a new row group starts
+	rgRaw    int64        // Arrow bytes handed to the current row group
 	consumed atomic.Int64 // Arrow bytes of the batches encoded so far
 	held     atomic.Int64 // the row group's encoded pages and unencoded values
 	err      atomic.Pointer[error]
