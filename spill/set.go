@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"iter"
 	"math/rand/v2"
 	"os"
@@ -111,10 +112,11 @@ func OpenSet(dir string, opts SetOptions) (*Set, error) {
 		if errors.Is(err, errLockUnsupported) {
 			s.lock, err = nil, nil
 		}
-		if err == nil || !errors.Is(err, ErrLocked) {
+		if err == nil || !(errors.Is(err, ErrLocked) || errors.Is(err, iofs.ErrNotExist)) {
 			break
 		}
-		// Another process swept our fresh folder as we locked it: go again.
+		// Another set's sweep took our fresh folder before we locked it
+		// (it holds the lock, or it has removed the folder): go again.
 	}
 	if err != nil {
 		fs.RemoveAll(s.dir)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -279,5 +280,49 @@ func TestSetMemoryBytes(t *testing.T) {
 	set.cache.Wait()
 	if after := set.MemoryBytes(); after != empty {
 		t.Fatalf("after reset %d, empty was %d (full %d)", after, empty, full)
+	}
+}
+
+// sweepingFS runs another set's sweep of dir just before the first lock of
+// a fresh set folder: the window between OpenSet's MkdirAll and its Lock.
+type sweepingFS struct {
+	FS
+	dir   string
+	swept int
+}
+
+func (f *sweepingFS) Lock(name string) (io.Closer, error) {
+	if f.swept == 0 && filepath.Base(name) == lockName && filepath.Dir(filepath.Dir(name)) == f.dir {
+		f.swept = sweep(f.FS, f.dir)
+	}
+	return f.FS.Lock(name)
+}
+
+// TestOpenSetSweptBeforeLock: a sibling set's sweep that removes our fresh,
+// not yet locked folder makes OpenSet take a new one, not fail.
+func TestOpenSetSweptBeforeLock(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		fs   FS
+		dir  string
+	}{{"os", OSFS{}, t.TempDir()}, {"mem", NewMemFS(), "/spill"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := &sweepingFS{FS: tc.fs, dir: tc.dir}
+			s, err := OpenSet(tc.dir, SetOptions{FS: fs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if fs.swept != 1 {
+				t.Fatalf("the sibling sweep removed %d folders, want our fresh one", fs.swept)
+			}
+			es := makeEntries(10, 1, "", nil)
+			if _, err := s.Flush(10, slices.Values(es)); err != nil {
+				t.Fatal(err)
+			}
+			if _, found, _, err := s.Get(es[0].Hash, es[0].Key); !found || err != nil {
+				t.Fatal(found, err)
+			}
+		})
 	}
 }
