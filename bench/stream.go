@@ -3,6 +3,8 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"math"
+	"math/bits"
 	"math/rand/v2"
 	"strconv"
 
@@ -63,26 +65,53 @@ func (k *KeyType) UnmarshalText(b []byte) error {
 // StreamOptions describe a seeded synthetic upsert stream. Each change is
 // one of four events: the first insert of a new key (+I), an update of a
 // live key (+U), a delete of a live key (-D), or a re-insert of a deleted
-// key (+I). Updates, Deletes and Reinserts are the shares of the events;
-// first inserts take the rest until all Keys are inserted, after which an
-// insert draw becomes an update. An event that cannot happen (a delete
-// with no live key, a re-insert with no deleted key) falls back to one
-// that can, so the shares hold when they are consistent with Keys/Rows.
+// key (+I).
+//
+// Updates, Deletes and Reinserts are shares of all events, that is of
+// Counts.Inserts+Updates+Deletes+Reinserts: of Rows, except with
+// UpdateBefore, where an update is one event but two changes. First
+// inserts take the rest, 1-Updates-Deletes-Reinserts. Each event draws its
+// kind independently with these probabilities; a kind that cannot happen
+// at that point of the stream is replaced, and counted, as follows:
+//
+//   - a re-insert when no key is deleted becomes a first insert (an update
+//     once all Keys are inserted);
+//   - an update or delete when no key is live becomes a first insert (a
+//     re-insert once all Keys are inserted);
+//   - a first insert once all Keys are inserted becomes an update;
+//   - with UpdateBefore, an update drawn for the last change becomes a
+//     delete (no room is left for its -U/+U pair).
+//
+// At the start of the stream no key is live or deleted: the first event is
+// always the insert of key 0, and re-inserts drawn before the first delete
+// become first inserts. These replacements are rare, so the realized
+// shares track the requested ones up to sampling noise (a few hundredths
+// of a point at 1M events) when the request is consistent: Reinserts at
+// most Deletes (a key is deleted before it is re-inserted; surplus
+// re-inserts become first inserts), and (1-Updates-Deletes-Reinserts)*Rows
+// at most Keys (surplus first inserts become updates, so Updates is
+// exceeded).
 type StreamOptions struct {
 	// Rows is the number of changes in the stream. Default 1,000,000.
 	Rows int64 `json:"rows"`
-	// Keys is the number of distinct keys (at most 2^32). Default Rows/4.
+	// Keys is the number of distinct keys (at most 2^32): the stream never
+	// writes more, and fewer when the first-insert share runs out first.
+	// Default Rows/4.
 	Keys int64 `json:"keys"`
-	// Updates is the share of events that update a live key. No default.
+	// Updates is the share of all events that update a live key. No default.
 	Updates float64 `json:"updates"`
-	// Deletes is the share of events that delete a live key. No default.
+	// Deletes is the share of all events that delete a live key. No default.
 	Deletes float64 `json:"deletes"`
-	// Reinserts is the share of events that re-insert a deleted key. No default.
+	// Reinserts is the share of all events that re-insert a deleted key
+	// (one drawn uniformly among the deleted keys). No default.
 	Reinserts float64 `json:"reinserts"`
 	// Zipf skews the choice of the key an update or delete hits: 0 picks
-	// uniformly among the inserted keys; s > 1 follows a Zipf law of
-	// exponent s over the keys in insertion order (the oldest are hottest).
-	// Default 0.
+	// uniformly among the live keys; s > 1 follows a Zipf law of exponent
+	// s over the live keys in insertion order (key k weighs (1+k)^-s: the
+	// oldest are hottest). Under a strong skew deletes hit the hottest
+	// keys, which then stay deleted until re-inserted, so the hottest live
+	// keys are the oldest ones not deleted. The skew never changes an
+	// event's kind. Default 0.
 	Zipf float64 `json:"zipf"`
 	// RowBytes is the approximate uncompressed size of a row (key and
 	// payload columns); the note column takes what the others leave.
@@ -212,15 +241,16 @@ const (
 )
 
 // Stream generates the changes of StreamOptions. It is deterministic per
-// options and holds O(Keys/8 + deleted keys) bytes of state. It is not
-// safe for concurrent use.
+// options and holds O(Keys/8 + deleted keys) bytes of state, and 64 KiB
+// more with a Zipf skew. It is not safe for concurrent use.
 type Stream struct {
 	opts    StreamOptions
 	rng     *rand.Rand
-	zipf    *rand.Zipf
+	zipf    *zipfPicker // nil: uniform
 	rows    rowMaker
 	live    []uint64 // bit per key: has a live row
-	dead    []uint32 // deleted keys; entries live again are dropped lazily
+	summary []uint64 // bit per word of live: the word is not zero
+	dead    []uint32 // the deleted keys, each once (only popDead re-inserts)
 	counts  Counts
 	pending uint64 // key of the +U that follows an emitted -U, plus one
 	nextKey uint64 // keys [0, nextKey) were inserted
@@ -238,8 +268,9 @@ func NewStream(opts StreamOptions) (*Stream, error) {
 		rows: newRowMaker(opts),
 		live: make([]uint64, (opts.Keys+63)/64),
 	}
+	s.summary = make([]uint64, (len(s.live)+63)/64)
 	if opts.Zipf > 1 && opts.Keys > 1 {
-		s.zipf = rand.NewZipf(s.rng, opts.Zipf, 1, uint64(opts.Keys-1))
+		s.zipf = newZipfPicker(s.rng, opts.Zipf, uint64(opts.Keys))
 	}
 	return s, nil
 }
@@ -254,46 +285,81 @@ func (s *Stream) Counts() Counts { return s.counts }
 func (s *Stream) Width() int { return s.rows.width }
 
 func (s *Stream) isLive(k uint64) bool { return s.live[k>>6]&(1<<(k&63)) != 0 }
-func (s *Stream) setLive(k uint64)     { s.live[k>>6] |= 1 << (k & 63) }
-func (s *Stream) clearLive(k uint64)   { s.live[k>>6] &^= 1 << (k & 63) }
 
-// pick draws an inserted key: Zipf-skewed when asked, else uniform.
-func (s *Stream) pick() uint64 {
+func (s *Stream) setLive(k uint64) {
+	s.live[k>>6] |= 1 << (k & 63)
+	s.summary[k>>12] |= 1 << ((k >> 6) & 63)
 	if s.zipf != nil {
-		for range 16 {
-			if k := s.zipf.Uint64(); k < s.nextKey {
-				return k
-			}
-		}
+		s.zipf.setLive(k, true)
 	}
-	return s.rng.Uint64N(s.nextKey)
 }
 
-// pickLive draws a live key; ok is false when 16 draws hit deleted keys.
+func (s *Stream) clearLive(k uint64) {
+	if s.live[k>>6] &^= 1 << (k & 63); s.live[k>>6] == 0 {
+		s.summary[k>>12] &^= 1 << ((k >> 6) & 63)
+	}
+	if s.zipf != nil {
+		s.zipf.setLive(k, false)
+	}
+}
+
+// pickLive draws a live key: uniformly, or by the Zipf law restricted to
+// the live keys. ok is false when no key is live. It draws until it hits
+// a live key; after 16 draws that hit deleted (or not yet inserted) keys
+// it returns the first live key after the last draw, wrapping around, so
+// that an update or delete always keeps its kind.
 func (s *Stream) pickLive() (k uint64, ok bool) {
 	if s.counts.Live == 0 {
 		return 0, false
 	}
 	for range 16 {
-		if k = s.pick(); s.isLive(k) {
+		if s.zipf != nil {
+			k = s.zipf.draw(s.rng)
+		} else {
+			k = s.rng.Uint64N(s.nextKey)
+		}
+		if s.isLive(k) {
 			return k, true
 		}
 	}
-	return k, false
+	return s.nextLive(k), true
 }
 
-// popDead removes and returns a deleted key; ok is false when none is.
-func (s *Stream) popDead() (uint64, bool) {
-	for len(s.dead) > 0 {
-		i := s.rng.IntN(len(s.dead))
-		k := uint64(s.dead[i])
-		s.dead[i] = s.dead[len(s.dead)-1]
-		s.dead = s.dead[:len(s.dead)-1]
-		if !s.isLive(k) {
-			return k, true
-		}
+// nextLive returns the first live key at or after k, wrapping around.
+// Some key must be live. It skips runs of dead keys 4096 at a time.
+func (s *Stream) nextLive(k uint64) uint64 {
+	i := k >> 6
+	if w := s.live[i] &^ (1<<(k&63) - 1); w != 0 {
+		return i<<6 + uint64(bits.TrailingZeros64(w))
 	}
-	return 0, false
+	// The next word that is not zero, by the summary; it may be word i
+	// again, below k, after wrapping around.
+	j := (i + 1) >> 6
+	sw := uint64(0)
+	if j < uint64(len(s.summary)) {
+		sw = s.summary[j] &^ (1<<((i+1)&63) - 1)
+	}
+	for sw == 0 {
+		if j++; j >= uint64(len(s.summary)) {
+			j = 0
+		}
+		sw = s.summary[j]
+	}
+	i = j<<6 + uint64(bits.TrailingZeros64(sw))
+	return i<<6 + uint64(bits.TrailingZeros64(s.live[i]))
+}
+
+// popDead removes and returns a deleted key, drawn uniformly; ok is false
+// when none is.
+func (s *Stream) popDead() (uint64, bool) {
+	if len(s.dead) == 0 {
+		return 0, false
+	}
+	i := s.rng.IntN(len(s.dead))
+	k := uint64(s.dead[i])
+	s.dead[i] = s.dead[len(s.dead)-1]
+	s.dead = s.dead[:len(s.dead)-1]
+	return k, true
 }
 
 // next returns the next change as (op, key, seq); ok is false at the end.
@@ -319,7 +385,7 @@ func (s *Stream) next() (op deltawriter.Op, key uint64, seq uint64, ok bool) {
 	case u < o.Updates+o.Deletes+o.Reinserts:
 		ev = evReinsert
 	}
-	// Fall back from events that cannot happen now.
+	// Replace events that cannot happen now (see StreamOptions).
 	if ev == evReinsert {
 		if k, ok := s.popDead(); ok {
 			return s.emitInsert(k, seq, true)
@@ -329,19 +395,23 @@ func (s *Stream) next() (op deltawriter.Op, key uint64, seq uint64, ok bool) {
 	if ev == evInsert && s.nextKey >= uint64(s.opts.Keys) {
 		ev = evUpdate
 	}
-	if s.nextKey == 0 {
-		ev = evInsert // Keys >= 1, so key 0 is there to insert
+	if ev != evInsert && s.counts.Live == 0 {
+		// No live key to update or delete (the start of the stream, or all
+		// keys deleted): insert a new key, else re-insert a deleted one.
+		if s.nextKey < uint64(s.opts.Keys) {
+			ev = evInsert
+		} else if k, ok := s.popDead(); ok {
+			return s.emitInsert(k, seq, true)
+		}
 	}
 	if ev == evInsert {
 		k := s.nextKey
 		s.nextKey++
 		return s.emitInsert(k, seq, false)
 	}
-	k, live := s.pickLive()
-	if !live {
-		// Nearly every drawn key is deleted: write it again.
-		return s.emitInsert(k, seq, true)
-	}
+	// Some key is live here: with none, the event became an insert above
+	// (the dead keys then are all the Keys, so popDead found one).
+	k, _ := s.pickLive()
 	if ev == evUpdate && s.opts.UpdateBefore && s.counts.Changes >= s.opts.Rows {
 		ev = evDelete // no room left for the -U/+U pair
 	}
@@ -398,6 +468,87 @@ func (s *Stream) Fill(batch []deltawriter.Change) int {
 		n++
 	}
 	return n
+}
+
+// Zipf sampling over the live keys. Key k weighs (1+k)^-s. The zipfHead
+// hottest keys are in a Fenwick tree of the weights of the live ones, so
+// they are drawn exactly in proportion among the live keys however many of
+// them are deleted (under a strong skew deletes hit the hottest keys, and
+// most of them stay deleted until a re-insert draws them back). The other
+// keys are drawn from rand.Zipf and rejected when not live.
+const (
+	zipfHead  = 4096
+	zipfScale = 1 << 40 // weight of key 0 in the tree's fixed point
+)
+
+type zipfPicker struct {
+	head  uint64     // keys in the tree: min(Keys, zipfHead)
+	w     []uint64   // scaled weight of each head key
+	tree  []uint64   // Fenwick tree (1-based) of the live head keys' weights
+	live  uint64     // sum of the live head keys' weights
+	tailW float64    // scaled weight of the keys head .. Keys-1
+	tail  *rand.Zipf // draws key-head for the keys from head on; nil when none
+	top   uint64     // highest power of two <= head
+}
+
+func newZipfPicker(rng *rand.Rand, exp float64, keys uint64) *zipfPicker {
+	z := &zipfPicker{head: min(keys, zipfHead)}
+	z.w = make([]uint64, z.head)
+	for k := range z.w {
+		z.w[k] = uint64(math.Round(zipfScale * math.Pow(float64(k+1), -exp)))
+	}
+	z.tree = make([]uint64, z.head+1)
+	z.top = 1 << (bits.Len64(z.head) - 1)
+	if keys > z.head {
+		z.tail = rand.NewZipf(rng, exp, float64(z.head+1), keys-1-z.head)
+		// The sum of n^-exp for n in [a, b], by Euler-Maclaurin (a > 4096:
+		// the terms left out are below 1e-14 of it).
+		a, b := float64(z.head+1), float64(keys)
+		f := func(x float64) float64 { return math.Pow(x, -exp) }
+		df := func(x float64) float64 { return -exp * math.Pow(x, -exp-1) }
+		sum := (math.Pow(a, 1-exp)-math.Pow(b, 1-exp))/(exp-1) + (f(a)+f(b))/2 + (df(b)-df(a))/12
+		z.tailW = zipfScale * sum
+	}
+	return z
+}
+
+// setLive records that key k is now live, or not.
+func (z *zipfPicker) setLive(k uint64, live bool) {
+	if k >= z.head {
+		return
+	}
+	d := z.w[k]
+	if live {
+		z.live += d
+	} else {
+		z.live -= d
+		d = -d // two's complement: adding it subtracts
+	}
+	for i := k + 1; i <= z.head; i += i & -i {
+		z.tree[i] += d
+	}
+}
+
+// draw returns a key by the weights of the live head keys and of all the
+// other keys; the caller rejects it when it is not live.
+func (z *zipfPicker) draw(rng *rand.Rand) uint64 {
+	u := rng.Float64() * (float64(z.live) + z.tailW)
+	if u >= float64(z.live) {
+		if z.tail == nil {
+			return 0 // no live key at all; the caller rejects it
+		}
+		return z.head + z.tail.Uint64()
+	}
+	// The head key whose weights' prefix sum first exceeds r.
+	r := min(uint64(u), z.live-1)
+	pos := uint64(0)
+	for step := z.top; step > 0; step >>= 1 {
+		if next := pos + step; next <= z.head && z.tree[next] <= r {
+			pos = next
+			r -= z.tree[next]
+		}
+	}
+	return pos
 }
 
 // rowMaker turns (key, seq) into row values, the same for a change and

@@ -94,6 +94,30 @@ func lastCommitted(tbl *table.Table, sinkID string) (Committed, bool) {
 	return Committed{}, false
 }
 
+// CountSince returns the number of snapshots of the table's main-branch
+// ancestry that this sink committed for epochs after epoch.
+func (c *Committer) CountSince(epoch uint64) int {
+	cur := c.tbl.CurrentSnapshot()
+	if cur == nil {
+		return 0
+	}
+	n := 0
+	for _, s := range table.AncestorsOf(cur.SnapshotID, c.tbl.Metadata().SnapshotByID) {
+		if s.Summary == nil || s.Summary.Properties[PropSinkID] != c.sinkID {
+			continue
+		}
+		e, err := strconv.ParseUint(s.Summary.Properties[PropEpoch], 10, 64)
+		if err != nil {
+			continue
+		}
+		if e <= epoch {
+			break // ancestry runs newest first, and epochs grow along it
+		}
+		n++
+	}
+	return n
+}
+
 // Result is the outcome of one Commit.
 type Result struct {
 	// SnapshotID is the snapshot holding the epoch.

@@ -115,6 +115,8 @@ type Result struct {
 	Progress           // the final counters
 	// Stats sums the writers' counters (peaks are the largest writer's).
 	Stats deltawriter.Stats
+	// Writers holds each writer's own counters, by writer index.
+	Writers []deltawriter.Stats
 }
 
 // Resume returns the position the table holds for the sink: its last
@@ -268,8 +270,9 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	defer func() {
 		for _, w := range writers {
 			if w != nil {
-				res.Stats = addStats(res.Stats, w.dw.Stats())
 				err = errors.Join(err, w.close(ctx, err != nil))
+				res.Writers = append(res.Writers, w.stats)
+				res.Stats = addStats(res.Stats, w.stats)
 			}
 		}
 	}()
@@ -335,8 +338,11 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	}
 	if ec != nil {
 		res.Committed, res.Commits = ec.committed()
-	} else if err := cm.Refresh(ctx); err == nil {
+	} else if err := cm.Refresh(context.WithoutCancel(ctx)); err == nil {
+		// A remote coordinator committed: the table says what. ctx may be
+		// cancelled by now (a writer failed), the report is still due.
 		res.Committed, _ = positionOf(cm)
+		res.Commits = cm.CountSince(start.Epoch)
 	}
 	if res.Committed.Epoch == 0 {
 		res.Committed = start
@@ -443,6 +449,10 @@ type writer struct {
 	in       chan batch
 	inCommit bool // the last error came from Commit: its files may be recorded
 	done     bool // the final epoch is committed
+	// stats are the writer's counters as the run left them, taken by
+	// close before the deltawriter is closed: closing drops its index and
+	// with it the spill counters (Stats after Close reads no spills).
+	stats deltawriter.Stats
 }
 
 func (w *writer) run(ctx context.Context) error {
@@ -489,8 +499,10 @@ func (w *writer) run(ctx context.Context) error {
 	return nil
 }
 
-// close ends the writer's session and drops its uncommitted window.
+// close records the writer's counters, ends its session and drops its
+// uncommitted window.
 func (w *writer) close(ctx context.Context, failed bool) error {
+	w.stats = w.dw.Stats()
 	serr := w.sess.Close()
 	if w.done && !failed {
 		serr = nil

@@ -131,6 +131,51 @@ func TestParallelWritersAgainstModel(t *testing.T) {
 	}
 }
 
+// Parallel writers at a tiny memory limit spill their indexes, and the
+// run's result says so: the summed stats are the sums of the writers' own,
+// taken before the writers were closed (closing drops an index's spill
+// counters).
+func TestParallelWritersSpillStats(t *testing.T) {
+	wh, err := warehouse.Open(context.Background(), t.TempDir(), warehouse.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wh.Close()
+	// No barriers: one window of ~5,000 new keys per writer, more than a
+	// 128 KiB index share holds.
+	input := bytes.ReplaceAll(genInput(t, 5, 24000, 1<<30), []byte(changelog.BarrierLine+"\n"), nil)
+	cfg := sink.Config{SinkID: "spill", Writers: 4, CheckpointRows: 10000, CommitInterval: 4, StateDir: t.TempDir(),
+		Writer: deltawriter.Options{MemoryLimit: 256 << 10, SpillDir: t.TempDir()}}
+	res := runAndCheck(t, wh, cfg, input)
+	if len(res.Writers) != cfg.Writers {
+		t.Fatalf("result has the stats of %d writers, want %d", len(res.Writers), cfg.Writers)
+	}
+	var sum deltawriter.Stats
+	for i, st := range res.Writers {
+		if st.Index.Spills == 0 || st.Index.SpilledBytes == 0 {
+			t.Errorf("writer %d: spills %d, spilled bytes %d; want both > 0 at a 256 KiB limit", i, st.Index.Spills, st.Index.SpilledBytes)
+		}
+		sum.Changes += st.Changes
+		sum.DataRows += st.DataRows
+		sum.LocalFlushes += st.LocalFlushes
+		sum.Index.Spills += st.Index.Spills
+		sum.Index.SpilledBytes += st.Index.SpilledBytes
+		sum.Index.Compactions += st.Index.Compactions
+		sum.Index.LookupsDisk += st.Index.LookupsDisk
+		sum.PeakAccountedBytes = max(sum.PeakAccountedBytes, st.PeakAccountedBytes)
+	}
+	got := res.Stats
+	if got.Index.Spills == 0 || got.Index.SpilledBytes == 0 {
+		t.Errorf("summed stats: spills %d, spilled bytes %d; want both > 0", got.Index.Spills, got.Index.SpilledBytes)
+	}
+	if got.Changes != res.Changes || got.Changes != sum.Changes || got.DataRows != sum.DataRows || got.LocalFlushes != sum.LocalFlushes ||
+		got.Index.Spills != sum.Index.Spills || got.Index.SpilledBytes != sum.Index.SpilledBytes ||
+		got.Index.Compactions != sum.Index.Compactions || got.Index.LookupsDisk != sum.Index.LookupsDisk ||
+		got.PeakAccountedBytes != sum.PeakAccountedBytes {
+		t.Errorf("summed stats %+v\nwant the writers' sums %+v (changes routed: %d)", got, sum, res.Changes)
+	}
+}
+
 // The aggregate size trigger commits when all writers' buffered bytes add
 // up, not only on the interval.
 func TestCommitBytesTrigger(t *testing.T) {
