@@ -78,9 +78,23 @@ func TestEncoderWriteFailure(t *testing.T) {
 	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "bad.parquet") {
 		t.Fatalf("error %v: want ENOSPC naming bad.parquet", err)
 	}
+	if _, err := os.Stat(bad.path); err != nil {
+		t.Fatalf("the failed file is gone before abort: %v", err)
+	}
 	bad.abort(iceio.LocalFS{})
 	if _, err := os.Stat(bad.path); !os.IsNotExist(err) {
 		t.Fatalf("aborted file still there: %v", err)
+	}
+	// A file that fails at close is removed by close.
+	bad2 := open(fullDiskIO{limit: 64}, "bad2.parquet") // room for the magic, not the footer
+	if err := bad2.appendPositionDelete("p", 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := bad2.close(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("close of a file over the disk's room: %v", err)
+	}
+	if _, err := os.Stat(bad2.path); !os.IsNotExist(err) {
+		t.Fatalf("file that failed at close still there: %v", err)
 	}
 	// The encoder still serves the writer's other files.
 	if n, err := fill(good, 50_000); err != nil || n != 50_000 {

@@ -73,6 +73,7 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 // encodes it into the file's buffered row group while the writer goes on
 // with the next rows (so index work and Parquet encoding use two cores).
 type parquetFile struct {
+	fs        iceio.WriteFileIO
 	path      string
 	out       *countingWriter
 	fw        *pqarrow.FileWriter // the encoder's until stop
@@ -158,7 +159,7 @@ func createParquetFile(fs iceio.WriteFileIO, enc *encoder, path string, sc *arro
 		return nil, fmt.Errorf("opening a Parquet writer on %s: %w", path, err)
 	}
 	bld := array.NewRecordBuilder(memory.DefaultAllocator, sc)
-	pf := &parquetFile{path: path, out: out, fw: fw, bld: bld, batchRows: batchRows, enc: enc, rgBytes: rgBytes}
+	pf := &parquetFile{fs: fs, path: path, out: out, fw: fw, bld: bld, batchRows: batchRows, enc: enc, rgBytes: rgBytes}
 	for i, b := range bld.Fields() {
 		a, err := appenderFor(b, sc.Field(i).Type)
 		if err != nil {
@@ -319,7 +320,8 @@ func (f *parquetFile) size() int64 {
 	return f.out.n.Load() + f.queued() + f.held.Load()
 }
 
-// close finishes the file and returns its footer and size.
+// close finishes the file and returns its footer and size. On error the
+// file is removed.
 func (f *parquetFile) close() (*metadata.FileMetaData, int64, error) {
 	err := f.flushBatch()
 	if serr := f.stop(); err == nil {
@@ -328,9 +330,11 @@ func (f *parquetFile) close() (*metadata.FileMetaData, int64, error) {
 	f.bld.Release()
 	if err != nil {
 		_ = f.out.w.Close()
+		_ = f.fs.Remove(f.path)
 		return nil, 0, err
 	}
 	if err := f.fw.Close(); err != nil {
+		_ = f.fs.Remove(f.path)
 		return nil, 0, fmt.Errorf("closing %s: %w", f.path, err)
 	}
 	md, err := f.fw.FileMetadata()

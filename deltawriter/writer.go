@@ -605,7 +605,6 @@ func (w *Writer) flushPositionDeletes(ln *lane) error {
 	ln.posDel = ln.posDel[:0]
 	md, size, err := f.close()
 	if err != nil {
-		_ = w.fs.Remove(path)
 		return fmt.Errorf("deltawriter: %w", err)
 	}
 	return w.finish(ln, commit.PositionDeleteFile, path, md, size, iceberg.PositionalDeleteSchema)
