@@ -137,6 +137,9 @@ func writeReportMarkdown(b *strings.Builder, r *Results, plots []plotFile) {
 	if c.CommitEvery > 0 {
 		window = fmt.Sprintf("a commit every %d changes", c.CommitEvery)
 	}
+	if c.RewriteDeleted > 0 {
+		window += fmt.Sprintf(", data files with %.0f%%+ deleted rows rewritten at commit", c.RewriteDeleted*100)
+	}
 	fmt.Fprintf(b, "Writer mode %s, %s; %d repeats, scenarios alternating (%s)", c.Mode, window, c.Repeat, strings.Join(c.Scenarios, ", "))
 	if c.GoMemoryLimit != "" {
 		fmt.Fprintf(b, "; Go soft memory limit: %s", c.GoMemoryLimit)

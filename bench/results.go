@@ -234,6 +234,7 @@ type Config struct {
 	Repeat         int           `json:"repeat"`                     // Options.Repeat
 	CommitEvery    int64         `json:"commit_every"`               // Options.CommitEvery
 	TargetFileSize int64         `json:"target_file_size,omitempty"` // Options.TargetFileSize
+	RewriteDeleted float64       `json:"rewrite_deleted,omitempty"`  // Options.RewriteDeleted
 	SampleInterval string        `json:"sample_interval"`            // Options.SampleInterval
 	GoMemoryLimit  string        `json:"go_memory_limit,omitempty"`  // the soft limit set, if any
 }

@@ -34,6 +34,9 @@ type Options struct {
 	// TargetFileSize is the writer's data-file size. Default: the
 	// writer's default (the table's write.target-file-size-bytes).
 	TargetFileSize int64
+	// RewriteDeleted is the writer scenarios' Options.RewriteDeleted: the
+	// deleted share at which a data file is rewritten at commit (0: never).
+	RewriteDeleted float64
 	// WorkDir holds a fresh folder per run (warehouse, spill runs, the
 	// floor's file), removed after the run unless Keep. Default: the OS
 	// temp dir.
@@ -327,6 +330,7 @@ func configOf(o Options) Config {
 		Repeat:         o.Repeat,
 		CommitEvery:    o.CommitEvery,
 		TargetFileSize: o.TargetFileSize,
+		RewriteDeleted: o.RewriteDeleted,
 		SampleInterval: o.SampleInterval.String(),
 	}
 	for _, s := range o.Scenarios {

@@ -56,6 +56,7 @@ func runWriter(ctx context.Context, e *runEnv) (err error) {
 		MemoryLimit:    e.sc.MemoryLimit,
 		SpillDir:       dirs[1],
 		TargetFileSize: e.opts.TargetFileSize,
+		RewriteDeleted: e.opts.RewriteDeleted,
 	})
 	if err != nil {
 		return err

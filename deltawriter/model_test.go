@@ -193,13 +193,28 @@ func randomStream(rng *rand.Rand, n, nkeys int) []deltawriter.Change {
 // unbounded index of today's writers, a tiny budget under which nearly
 // every lookup goes to disk, and a huge one that never spills.
 var budgets = []struct {
-	name   string
-	limit  int64
-	spills bool // the tests' streams must spill under it
+	name    string
+	limit   int64
+	spills  bool    // the tests' streams must spill under it
+	rewrite float64 // Options.RewriteDeleted
 }{
-	{"unbounded", 0, false},
-	{"tiny", 256 << 10, true},
-	{"huge", 1 << 30, false},
+	{"unbounded", 0, false, 0},
+	{"tiny", 256 << 10, true, 0},
+	{"huge", 1 << 30, false, 0},
+	{"huge-rewrite", 1 << 30, false, 0.01}, // rewrites nearly every data file at commit
+}
+
+// checkRewritten fails the test when a writer asked to rewrite data files
+// at commit never did, so a rewrite run cannot pass without rewriting.
+func checkRewritten(t *testing.T, w *deltawriter.Writer, rewrite float64) {
+	t.Helper()
+	st := w.Stats()
+	if rewrite > 0 && st.RewrittenFiles == 0 {
+		t.Errorf("no data file rewritten at commit (%+v)", st)
+	}
+	if rewrite == 0 && st.RewrittenFiles != 0 {
+		t.Errorf("%d data files rewritten without RewriteDeleted", st.RewrittenFiles)
+	}
 }
 
 // checkSpilled fails the test when a budget meant to spill did not, so a
@@ -219,18 +234,18 @@ func TestUpsertRandomAgainstModel(t *testing.T) {
 	for _, b := range budgets {
 		for seed := uint64(1); seed <= 3; seed++ {
 			t.Run(fmt.Sprint(b.name, "/seed", seed), func(t *testing.T) {
-				testUpsertRandom(t, seed, b.limit, b.spills)
+				testUpsertRandom(t, seed, b.limit, b.spills, b.rewrite)
 			})
 		}
 	}
 }
 
-func testUpsertRandom(t *testing.T, seed uint64, limit int64, spills bool) {
+func testUpsertRandom(t *testing.T, seed uint64, limit int64, spills bool, rewrite float64) {
 	rng := rand.New(rand.NewPCG(seed, 0))
 	e := newEnv(t, simpleSchema, nil)
 	m := newModel(t, simpleSchema)
 	ctx := context.Background()
-	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, MemoryLimit: limit, SpillDir: t.TempDir()})
+	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, MemoryLimit: limit, SpillDir: t.TempDir(), RewriteDeleted: rewrite})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -249,5 +264,6 @@ func testUpsertRandom(t *testing.T, seed uint64, limit int64, spills bool) {
 	checkSpilled(t, w, spills)
 	epoch++
 	e.commitWindow(w, epoch)
+	checkRewritten(t, w, rewrite)
 	m.check(t, e.tbl)
 }

@@ -272,6 +272,22 @@ func (f *parquetFile) appendPositionDelete(path string, pos int64) error {
 	return err
 }
 
+// appendRecord hands a whole record (of the file's schema) to the encoder
+// after the builders' rows; the caller keeps its own reference.
+func (f *parquetFile) appendRecord(rec arrow.RecordBatch) error {
+	if err := f.flushBatch(); err != nil {
+		return err
+	}
+	if rec.NumRows() == 0 {
+		return nil
+	}
+	rec.Retain()
+	f.rows += rec.NumRows()
+	f.handed += recordBytes(rec)
+	f.enc.jobs <- encodeJob{f: f, rec: rec}
+	return nil
+}
+
 // appended counts a row appended to the builders and hands a full batch
 // to the encoder.
 func (f *parquetFile) appended() (int64, error) {

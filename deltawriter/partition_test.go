@@ -48,7 +48,7 @@ func TestPartitionedAgainstModel(t *testing.T) {
 				e := newEnv(t, partSchema, &spec)
 				m := newModel(t, partSchema)
 				ctx := context.Background()
-				w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 50, MemoryLimit: b.limit, SpillDir: t.TempDir()})
+				w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 50, MemoryLimit: b.limit, SpillDir: t.TempDir(), RewriteDeleted: b.rewrite})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -74,6 +74,7 @@ func TestPartitionedAgainstModel(t *testing.T) {
 				checkSpilled(t, w, b.spills)
 				epoch++
 				e.commitWindow(w, epoch)
+				checkRewritten(t, w, b.rewrite)
 				m.check(t, e.tbl)
 			})
 		}

@@ -58,7 +58,7 @@ func TestCompositeKeysAllTypesAgainstModel(t *testing.T) {
 				e := newEnv(t, allTypesSchema, nil)
 				m := newModel(t, allTypesSchema)
 				ctx := context.Background()
-				w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{Mode: mode, SinkID: "test", BatchRows: 100, MemoryLimit: b.limit, SpillDir: t.TempDir()})
+				w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{Mode: mode, SinkID: "test", BatchRows: 100, MemoryLimit: b.limit, SpillDir: t.TempDir(), RewriteDeleted: b.rewrite})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -98,6 +98,7 @@ func TestCompositeKeysAllTypesAgainstModel(t *testing.T) {
 				checkSpilled(t, w, b.spills)
 				epoch++
 				e.commitWindow(w, epoch)
+				checkRewritten(t, w, b.rewrite)
 				m.check(t, e.tbl)
 			})
 		}

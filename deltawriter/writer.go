@@ -62,6 +62,13 @@ type Options struct {
 	// DeleteBufferRows bounds each buffered delete kind (rows) before it
 	// is written as a file. Default 4M position deletes / 1M equality deletes.
 	DeleteBufferRows int
+	// RewriteDeleted, if > 0, makes PrepareCommit rewrite each data file of
+	// the window of which at least this share of rows was deleted in the
+	// window (and whose position deletes are all still buffered): the new
+	// file holds only its live rows and the position deletes of the old
+	// one are dropped, so readers scan live rows only. It costs reading the
+	// file back and encoding its live rows again. 0 (default) never does.
+	RewriteDeleted float64
 	// MemoryLimit is the writer's memory budget in bytes: the inserted-row
 	// index's memory tier, the delete buffers, the open Parquet writers'
 	// buffered row groups and the spill read cache. When the window grows
@@ -143,7 +150,13 @@ type Stats struct {
 	// LocalFlushes counts the times the writer closed its open files or
 	// wrote its delete buffer early to stay under its memory budget.
 	LocalFlushes int64
-	Index        dedup.Stats
+	// RewrittenFiles counts the data files PrepareCommit rewrote without
+	// their deleted rows (Options.RewriteDeleted), RewrittenDeletes the
+	// position deletes that this made unnecessary. DataFiles and DataRows
+	// count the files as committed.
+	RewrittenFiles   int
+	RewrittenDeletes int64
+	Index            dedup.Stats
 }
 
 // Writer is one writer's commit window over a table. It is not safe for
@@ -184,8 +197,12 @@ type Writer struct {
 
 // fileInfo is a data file of the window, by ordinal.
 type fileInfo struct {
-	path string
-	lane *lane
+	path    string
+	lane    *lane
+	done    int   // index of the file in Writer.done once closed, else -1
+	rows    int64 // rows, once closed
+	deleted int64 // position deletes of its rows in the window
+	flushed bool  // some of them are in a position-delete file already
 }
 
 // lane is one partition's open data file and delete buffers.
@@ -203,6 +220,9 @@ type lane struct {
 // upserts: no identifier fields, a key type Iceberg does not allow, a
 // partition source column that is not a key column, a format version below 2.
 func New(ctx context.Context, tbl *table.Table, opts Options) (*Writer, error) {
+	if opts.RewriteDeleted < 0 || opts.RewriteDeleted > 1 {
+		return nil, fmt.Errorf("deltawriter: RewriteDeleted %v is not a share between 0 and 1", opts.RewriteDeleted)
+	}
 	meta := tbl.Metadata()
 	if meta.Version() < 2 {
 		return nil, fmt.Errorf("deltawriter: table %v has format version %d; row-level deletes need version 2 or later", tbl.Identifier(), meta.Version())
@@ -456,7 +476,7 @@ func (w *Writer) appendRow(ln *lane, row []any) (dedup.Ref, error) {
 		}
 		ln.data = f
 		ln.dataOrd = uint32(len(w.files))
-		w.files = append(w.files, &fileInfo{path: path, lane: ln})
+		w.files = append(w.files, &fileInfo{path: path, lane: ln, done: -1})
 	}
 	pos, err := ln.data.appendRow(row, nil)
 	if err != nil {
@@ -472,7 +492,9 @@ func (w *Writer) appendRow(ln *lane, row []any) (dedup.Ref, error) {
 }
 
 func (w *Writer) positionDelete(ref dedup.Ref) error {
-	ln := w.files[ref.File].lane
+	fi := w.files[ref.File]
+	fi.deleted++
+	ln := fi.lane
 	ln.posDel = append(ln.posDel, uint64(ref.File)<<32|uint64(ref.Pos))
 	w.posDels++
 	if w.posDels >= w.opts.DeleteBufferRows {
@@ -555,7 +577,12 @@ func (w *Writer) closeData(ln *lane) error {
 	if err != nil {
 		return fmt.Errorf("deltawriter: %w", err)
 	}
-	return w.finish(ln, commit.DataFile, f.path, md, size, w.schema)
+	if err := w.finish(ln, commit.DataFile, f.path, md, size, w.schema); err != nil {
+		return err
+	}
+	fi := w.files[ln.dataOrd]
+	fi.done, fi.rows = len(w.done)-1, md.NumRows
+	return nil
 }
 
 func (w *Writer) closeEq(ln *lane) error {
@@ -587,6 +614,7 @@ func (w *Writer) flushPositionDeletes(ln *lane) error {
 		rank[o] = uint32(r)
 	}
 	for i, d := range ln.posDel {
+		w.files[d>>32].flushed = true
 		ln.posDel[i] = uint64(rank[d>>32])<<32 | d&(1<<32-1)
 	}
 	slices.Sort(ln.posDel)
@@ -662,10 +690,16 @@ func (w *Writer) PrepareCommit(ctx context.Context) (commit.Payload, error) {
 				return commit.Payload{}, w.fail(err)
 			}
 		}
+		if w.opts.RewriteDeleted > 0 {
+			if err := w.rewriteDeleted(ctx, ln); err != nil {
+				return commit.Payload{}, w.fail(err)
+			}
+		}
 		if err := w.flushPositionDeletes(ln); err != nil {
 			return commit.Payload{}, w.fail(err)
 		}
 	}
+	w.done = slices.DeleteFunc(w.done, func(f commit.File) bool { return f.Path == "" })
 	p := commit.Payload{
 		Version:       commit.PayloadVersion,
 		SinkID:        w.opts.SinkID,

@@ -85,6 +85,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var commitEvery int64
 	fs.Var(countValue{&commitEvery}, "commit-every", "commit the window every `N` changes (0: one window for the whole stream)")
 	targetFile := fs.String("target-file-size", "", "writer's data-file `SIZE` (default: the table's, 512MiB)")
+	rewrite := fs.Float64("rewrite-deleted", 0, "writers rewrite at commit each data file of which this `SHARE` of rows was deleted in the window (0: never)")
 	workDir := fs.String("work-dir", "", "`DIR` for the runs' warehouses and spill files (default: the OS temp dir)")
 	keep := fs.Bool("keep", false, "keep each run's folder")
 	out := fs.String("out", "", "write results.json, report.md and PNG plots into `DIR`")
@@ -114,6 +115,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		WorkDir:        *workDir,
 		Keep:           *keep,
 		SampleInterval: *interval,
+		RewriteDeleted: *rewrite,
 		CommandLine:    "icesink bench " + strings.Join(args, " "),
 	}
 	if opts.Mode, err = deltawriter.ParseMode(*mode); err != nil {

@@ -47,6 +47,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	coordAddr := fs.String("coordinator", "", "join the coordinator at `HOST:PORT` (gRPC) instead of starting one in process")
 	vnodesFlag := fs.String("vnodes", "", "with --coordinator: the `RANGES` this writer owns, e.g. 0-127")
 	stateDir := fs.String("state-dir", "", "`DIR` for the in-process coordinator's checkpoints (default: DIR/_icesink/SINK-ID)")
+	rewrite := fs.Float64("rewrite-deleted", 0, "rewrite at commit each data file of the window of which this `SHARE` of rows was deleted in it, so readers scan live rows only (0: never)")
 	spillDir := fs.String("spill-dir", "", "`DIR` for the index's spill runs (default: the OS temp dir; a private subfolder per writer)")
 	quiet := fs.Bool("quiet", false, "no progress line")
 	stats := fs.Bool("stats", false, "print the writer's statistics at the end")
@@ -131,7 +132,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		Loader:         wh.Catalog,
 		Ident:          ident,
 		SinkID:         *sinkID,
-		Writer:         deltawriter.Options{Mode: m, MemoryLimit: limit, SpillDir: *spillDir},
+		Writer:         deltawriter.Options{Mode: m, MemoryLimit: limit, SpillDir: *spillDir, RewriteDeleted: *rewrite},
 		CheckpointRows: *ckRows,
 		CommitInterval: *interval,
 		CommitBytes:    cbytes,

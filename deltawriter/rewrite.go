@@ -1,0 +1,175 @@
+package deltawriter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/compute"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+
+	"github.com/icesink/icesink/commit"
+)
+
+// rewriteDeleted rewrites the lane's closed data files of which at least
+// Options.RewriteDeleted of the rows were deleted in the window, when all
+// those deletes are still in the lane's buffer: each becomes a file of
+// its live rows (none when every row was deleted), and its buffered
+// position deletes are dropped. The old file is removed; its entry in
+// w.done becomes the new file's, or a blank one (Path "") that
+// PrepareCommit drops.
+func (w *Writer) rewriteDeleted(ctx context.Context, ln *lane) error {
+	pick := map[uint32][]uint32{} // file ordinal -> deleted positions
+	for ord, fi := range w.files {
+		if fi.lane == ln && fi.done >= 0 && !fi.flushed && fi.deleted > 0 &&
+			float64(fi.deleted) >= w.opts.RewriteDeleted*float64(fi.rows) {
+			pick[uint32(ord)] = nil
+		}
+	}
+	if len(pick) == 0 {
+		return nil
+	}
+	kept := ln.posDel[:0]
+	for _, d := range ln.posDel {
+		ord := uint32(d >> 32)
+		if ps, ok := pick[ord]; ok {
+			pick[ord] = append(ps, uint32(d))
+		} else {
+			kept = append(kept, d)
+		}
+	}
+	w.posDels -= len(ln.posDel) - len(kept)
+	ln.posDel = kept
+	ords := make([]uint32, 0, len(pick))
+	for ord := range pick {
+		ords = append(ords, ord)
+	}
+	slices.Sort(ords)
+	for _, ord := range ords {
+		ps := pick[ord]
+		slices.Sort(ps)
+		if err := w.rewriteFile(ctx, ln, w.files[ord], ps); err != nil {
+			return err
+		}
+		w.stats.RewrittenFiles++
+		w.stats.RewrittenDeletes += int64(len(ps))
+	}
+	return nil
+}
+
+// rewriteFile copies the rows of fi's file whose positions are not in
+// deleted (sorted) into a new data file of the lane, through the writer's
+// encoder, and replaces fi's entry in w.done with it.
+func (w *Writer) rewriteFile(ctx context.Context, ln *lane, fi *fileInfo, deleted []uint32) error {
+	old := w.done[fi.done]
+	src, err := w.fs.Open(fi.path)
+	if err != nil {
+		return fmt.Errorf("deltawriter: rewriting %s: %w", fi.path, err)
+	}
+	defer src.Close()
+	pr, err := file.NewParquetReader(src)
+	if err != nil {
+		return fmt.Errorf("deltawriter: rewriting %s: %w", fi.path, err)
+	}
+	defer pr.Close()
+	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: int64(w.opts.BatchRows)}, memory.DefaultAllocator)
+	if err != nil {
+		return fmt.Errorf("deltawriter: rewriting %s: %w", fi.path, err)
+	}
+	rr, err := fr.GetRecordReader(ctx, nil, nil)
+	if err != nil {
+		return fmt.Errorf("deltawriter: rewriting %s: %w", fi.path, err)
+	}
+	defer rr.Release()
+
+	path := w.newPath(ln, "data")
+	dst, err := createParquetFile(w.fs, w.enc, path, w.arrow, w.dataProps, w.opts.BatchRows, w.opts.RowGroupBytes)
+	if err != nil {
+		return fmt.Errorf("deltawriter: %w", err)
+	}
+	var pos int64 // of the batch's first row in the old file
+	next := 0     // the first deleted position not yet passed
+	for {
+		rec, err := rr.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			dst.abort(w.fs)
+			return fmt.Errorf("deltawriter: rewriting %s: reading: %w", fi.path, err)
+		}
+		kept, err := w.liveRows(ctx, rec, pos, deleted, &next)
+		pos += rec.NumRows()
+		if err == nil {
+			err = dst.appendRecord(kept)
+			kept.Release()
+		}
+		if err != nil {
+			dst.abort(w.fs)
+			return fmt.Errorf("deltawriter: rewriting %s: %w", fi.path, err)
+		}
+	}
+	if pos != fi.rows || next != len(deleted) {
+		dst.abort(w.fs)
+		return fmt.Errorf("deltawriter: rewriting %s: read %d rows, %d of %d deletes matched; the file has %d rows", fi.path, pos, next, len(deleted), fi.rows)
+	}
+	w.stats.DataFiles--
+	w.stats.DataRows -= fi.rows
+	if dst.rows == 0 {
+		dst.abort(w.fs)
+		w.done[fi.done] = commit.File{}
+	} else {
+		md, size, err := dst.close()
+		if err != nil {
+			return fmt.Errorf("deltawriter: %w", err)
+		}
+		if err := w.finish(ln, commit.DataFile, path, md, size, w.schema); err != nil {
+			return err
+		}
+		w.done[fi.done] = w.done[len(w.done)-1]
+		w.done = w.done[:len(w.done)-1]
+	}
+	if err := w.fs.Remove(old.Path); err != nil {
+		return fmt.Errorf("deltawriter: removing rewritten %s: %w", old.Path, err)
+	}
+	return nil
+}
+
+// liveRows returns the rows of rec (whose first row is at position pos of
+// its file) that are not deleted, as a record of the writer's Arrow
+// schema. *next indexes the first entry of deleted at or after pos.
+func (w *Writer) liveRows(ctx context.Context, rec arrow.RecordBatch, pos int64, deleted []uint32, next *int) (arrow.RecordBatch, error) {
+	n := rec.NumRows()
+	if int(rec.NumCols()) != len(w.arrow.Fields()) {
+		return nil, fmt.Errorf("%d columns, the table has %d", rec.NumCols(), len(w.arrow.Fields()))
+	}
+	for i, c := range rec.Columns() {
+		if !arrow.TypeEqual(c.DataType(), w.arrow.Field(i).Type) {
+			return nil, fmt.Errorf("column %s reads back as %s, written as %s", w.arrow.Field(i).Name, c.DataType(), w.arrow.Field(i).Type)
+		}
+	}
+	same := array.NewRecordBatch(w.arrow, rec.Columns(), n)
+	if *next >= len(deleted) || int64(deleted[*next]) >= pos+n {
+		return same, nil // nothing deleted in this batch
+	}
+	mb := array.NewBooleanBuilder(memory.DefaultAllocator)
+	defer mb.Release()
+	mb.Reserve(int(n))
+	for i := int64(0); i < n; i++ {
+		del := *next < len(deleted) && int64(deleted[*next]) == pos+i
+		if del {
+			*next++
+		}
+		mb.UnsafeAppend(!del)
+	}
+	mask := mb.NewBooleanArray()
+	defer mask.Release()
+	defer same.Release()
+	return compute.FilterRecordBatch(ctx, same, mask, compute.DefaultFilterOptions())
+}
