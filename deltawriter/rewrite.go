@@ -9,7 +9,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/compute"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet/file"
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
@@ -104,7 +103,7 @@ func (w *Writer) rewriteFile(ctx context.Context, ln *lane, fi *fileInfo, delete
 			dst.abort(w.fs)
 			return fmt.Errorf("deltawriter: rewriting %s: reading: %w", fi.path, err)
 		}
-		kept, err := w.liveRows(ctx, rec, pos, deleted, &next)
+		kept, err := w.liveRows(rec, pos, deleted, &next)
 		pos += rec.NumRows()
 		if err == nil {
 			err = dst.appendRecord(kept)
@@ -144,7 +143,7 @@ func (w *Writer) rewriteFile(ctx context.Context, ln *lane, fi *fileInfo, delete
 // liveRows returns the rows of rec (whose first row is at position pos of
 // its file) that are not deleted, as a record of the writer's Arrow
 // schema. *next indexes the first entry of deleted at or after pos.
-func (w *Writer) liveRows(ctx context.Context, rec arrow.RecordBatch, pos int64, deleted []uint32, next *int) (arrow.RecordBatch, error) {
+func (w *Writer) liveRows(rec arrow.RecordBatch, pos int64, deleted []uint32, next *int) (arrow.RecordBatch, error) {
 	n := rec.NumRows()
 	if int(rec.NumCols()) != len(w.arrow.Fields()) {
 		return nil, fmt.Errorf("%d columns, the table has %d", rec.NumCols(), len(w.arrow.Fields()))
@@ -158,18 +157,50 @@ func (w *Writer) liveRows(ctx context.Context, rec arrow.RecordBatch, pos int64,
 	if *next >= len(deleted) || int64(deleted[*next]) >= pos+n {
 		return same, nil // nothing deleted in this batch
 	}
-	mb := array.NewBooleanBuilder(memory.DefaultAllocator)
-	defer mb.Release()
-	mb.Reserve(int(n))
-	for i := int64(0); i < n; i++ {
-		del := *next < len(deleted) && int64(deleted[*next]) == pos+i
-		if del {
-			*next++
-		}
-		mb.UnsafeAppend(!del)
-	}
-	mask := mb.NewBooleanArray()
-	defer mask.Release()
 	defer same.Release()
-	return compute.FilterRecordBatch(ctx, same, mask, compute.DefaultFilterOptions())
+	// The live rows as ranges [from, to) of the batch.
+	var ranges [][2]int64
+	from := int64(0)
+	for *next < len(deleted) && int64(deleted[*next]) < pos+n {
+		at := int64(deleted[*next]) - pos
+		if at > from {
+			ranges = append(ranges, [2]int64{from, at})
+		}
+		from = at + 1
+		*next++
+	}
+	if from < n {
+		ranges = append(ranges, [2]int64{from, n})
+	}
+	cols := make([]arrow.Array, len(w.arrow.Fields()))
+	defer func() {
+		for _, c := range cols {
+			if c != nil {
+				c.Release()
+			}
+		}
+	}()
+	parts := make([]arrow.Array, len(ranges))
+	var kept int64
+	for _, r := range ranges {
+		kept += r[1] - r[0]
+	}
+	for i, c := range same.Columns() {
+		if len(ranges) == 0 {
+			cols[i] = array.MakeArrayOfNull(memory.DefaultAllocator, c.DataType(), 0)
+			continue
+		}
+		for j, r := range ranges {
+			parts[j] = array.NewSlice(c, r[0], r[1])
+		}
+		out, err := array.Concatenate(parts, memory.DefaultAllocator)
+		for _, p := range parts {
+			p.Release()
+		}
+		if err != nil {
+			return nil, fmt.Errorf("column %s: %w", w.arrow.Field(i).Name, err)
+		}
+		cols[i] = out
+	}
+	return array.NewRecordBatch(w.arrow, cols, kept), nil
 }
