@@ -340,7 +340,7 @@ func configOf(o Options) Config {
 	case o.AutoGoMemoryLimit && o.GoMemoryLimit > 0:
 		c.GoMemoryLimit = "auto for bounded runs, else " + FormatSize(o.GoMemoryLimit)
 	case o.AutoGoMemoryLimit:
-		c.GoMemoryLimit = "auto for bounded runs (1.5 x budget + 48MiB, as icesink run sets it)"
+		c.GoMemoryLimit = "auto for bounded runs (1.25 x budget + 48MiB, as icesink run sets it)"
 	case o.GoMemoryLimit > 0:
 		c.GoMemoryLimit = FormatSize(o.GoMemoryLimit)
 	}

@@ -21,9 +21,9 @@ import (
 //
 //	memSlope x MemoryLimit + memAllowance
 //
-// The constants are those of the command's soft memory limit (1.5 x
-// budget x writers + 48 MiB, ARCHITECTURE.md), so a writer inside them
-// keeps the Go runtime clear of that limit.
+// The constants are those of the command's soft memory limit
+// (deltawriter.SoftMemoryLimit: 1.25 x budget + 48 MiB for one writer), so
+// a writer inside them keeps the Go runtime clear of that limit.
 //
 // memAllowance is memory no budget share covers, chosen from measurement
 // (the figures are in TestAccountingMatchesHeap's log): arrow-go's pooled
@@ -42,7 +42,7 @@ import (
 // capacity). memSlope covers allocation slack of the accounted
 // structures (slices grown by append, Go size classes).
 const (
-	memSlope       = 1.5
+	memSlope       = 1.25
 	memAllowance   = 48 << 20
 	memWriterSlack = 8 << 20
 )
