@@ -182,15 +182,22 @@ func writeSchema(t *testing.T) string {
 	return p
 }
 
+// openWarehouse opens the warehouse at wh for the rest of the test.
+func openWarehouse(t *testing.T, wh string) *warehouse.Warehouse {
+	t.Helper()
+	w, err := warehouse.Open(context.Background(), wh, warehouse.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
 // committedLine reads the input position of the sink's last commit.
 func committedLine(t *testing.T, wh string) int64 {
 	t.Helper()
 	ctx := context.Background()
-	w, err := warehouse.Open(ctx, wh, warehouse.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := openWarehouse(t, wh)
 	cm, err := commit.NewCommitter(ctx, w.Catalog, []string{"db", "t"}, "icesink")
 	if err != nil {
 		t.Fatal(err)
@@ -261,12 +268,7 @@ func TestBadInputCommitsNothingPartial(t *testing.T) {
 func uncommittedFiles(t *testing.T, wh string) []string {
 	t.Helper()
 	ctx := context.Background()
-	w, err := warehouse.Open(ctx, wh, warehouse.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	tbl, err := w.Catalog.LoadTable(ctx, []string{"db", "t"})
+	tbl, err := openWarehouse(t, wh).Catalog.LoadTable(ctx, []string{"db", "t"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -484,13 +484,8 @@ func mpSnapshots(t *testing.T, ctx context.Context, wh string) []mpCommit {
 func mpSnapshotWindows(t *testing.T, wh string) map[int64]map[string]bool {
 	t.Helper()
 	ctx := context.Background()
-	w, err := warehouse.Open(ctx, wh, warehouse.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
 	ident, _ := warehouse.ParseIdent(mpTable)
-	tbl, err := w.Catalog.LoadTable(ctx, ident)
+	tbl, err := openWarehouse(t, wh).Catalog.LoadTable(ctx, ident)
 	if err != nil {
 		t.Fatal(err)
 	}
