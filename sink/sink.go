@@ -521,6 +521,8 @@ func addStats(a, b deltawriter.Stats) deltawriter.Stats {
 	a.Commits = max(a.Commits, b.Commits)
 	a.PeakAccountedBytes = max(a.PeakAccountedBytes, b.PeakAccountedBytes)
 	a.LocalFlushes += b.LocalFlushes
+	a.RewrittenFiles += b.RewrittenFiles
+	a.RewrittenDeletes += b.RewrittenDeletes
 	a.Index.Keys += b.Index.Keys
 	a.Index.MemoryBytes += b.Index.MemoryBytes
 	a.Index.PeakMemoryBytes = max(a.Index.PeakMemoryBytes, b.Index.PeakMemoryBytes)

@@ -248,3 +248,28 @@ func TestBadLineAbortsAllWriters(t *testing.T) {
 }
 
 func decimalOf(v int64) decimal128.Num { return decimal128.FromI64(v) }
+
+// Parallel writers with RewriteDeleted: the table still reads back as the
+// model (runAndCheck), the windows' mostly deleted data files were
+// rewritten, and the result sums the writers' rewrites.
+func TestParallelWritersRewriteDeleted(t *testing.T) {
+	wh, err := warehouse.Open(context.Background(), t.TempDir(), warehouse.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wh.Close()
+	// Few keys, many changes: most rows of every window die in it.
+	input := genInput(t, 9, 5000, 300)
+	cfg := sink.Config{SinkID: "rw", Writers: 3, CheckpointRows: 3000, CommitInterval: 2, StateDir: t.TempDir(),
+		Writer: deltawriter.Options{RewriteDeleted: 0.3}}
+	res := runAndCheck(t, wh, cfg, input)
+	var files int
+	var dels int64
+	for _, st := range res.Writers {
+		files += st.RewrittenFiles
+		dels += st.RewrittenDeletes
+	}
+	if files == 0 || res.Stats.RewrittenFiles != files || res.Stats.RewrittenDeletes != dels {
+		t.Errorf("rewritten files %d / deletes %d summed, writers' %d / %d; want > 0 and equal", res.Stats.RewrittenFiles, res.Stats.RewrittenDeletes, files, dels)
+	}
+}
