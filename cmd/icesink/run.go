@@ -249,5 +249,6 @@ func printStats(w io.Writer, s deltawriter.Stats, p peaks, limit int64) {
 	fmt.Fprintf(&b, "data files / rows         %d / %d\n", s.DataFiles, s.DataRows)
 	fmt.Fprintf(&b, "pos-delete files / rows   %d / %d\n", s.PositionDeleteFile, s.PositionDeletes)
 	fmt.Fprintf(&b, "eq-delete files / rows    %d / %d\n", s.EqualityDeleteFile, s.EqualityDeletes)
+	fmt.Fprintf(&b, "rewritten files / deletes %d / %d (--rewrite-deleted)\n", s.RewrittenFiles, s.RewrittenDeletes)
 	io.WriteString(w, b.String())
 }
