@@ -164,7 +164,14 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 		if err != nil {
 			return err
 		}
-		line = max(line, p.InputPosition)
+		// Every writer reads the whole input and ends the epoch at the same
+		// line; if they disagree, the resume position would skip or repeat
+		// some writer's lines, so nothing is committed.
+		if len(ps) > 0 && p.InputPosition != ps[0].InputPosition {
+			return fmt.Errorf("sink: epoch %d: one writer's window ends at input line %d, another's at line %d; the writers must read the same input with the same checkpoints (--checkpoint-rows)",
+				epoch, ps[0].InputPosition, p.InputPosition)
+		}
+		line = p.InputPosition
 		ps = append(ps, p)
 	}
 	props := map[string]string{commit.PropInputPosition: strconv.FormatInt(line, 10)}

@@ -1,0 +1,55 @@
+package sink
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/warehouse"
+)
+
+// TestCommitEpochRefusesMisalignedWriters: payloads of one epoch whose
+// windows end at different input lines (writers with different
+// checkpoints) are not committed: the resume position would lose or
+// repeat lines of one of them.
+func TestCommitEpochRefusesMisalignedWriters(t *testing.T) {
+	ctx := context.Background()
+	wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wh.Close()
+	ident := table.Identifier{"db", "t"}
+	schema := iceberg.NewSchemaWithIdentifiers(0, []int{1},
+		iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true})
+	if _, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: schema}); err != nil {
+		t.Fatal(err)
+	}
+	cm, err := commit.NewCommitter(ctx, wh.Catalog, ident, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ec := &epochCommitter{cm: cm}
+	payload := func(line int64) []byte {
+		p := commit.Payload{Version: commit.PayloadVersion, SinkID: "s", InputPosition: line, FormatVersion: 2}
+		b, err := p.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	err = ec.CommitEpoch(ctx, 1, [][]byte{payload(1000), payload(1500)})
+	if err == nil || !strings.Contains(err.Error(), "line 1000") || !strings.Contains(err.Error(), "line 1500") {
+		t.Fatalf("misaligned payloads: %v", err)
+	}
+	if pos, _ := ec.committed(); pos.Epoch != 0 {
+		t.Fatalf("committed %+v", pos)
+	}
+	if err := ec.CommitEpoch(ctx, 1, [][]byte{payload(1000), payload(1000)}); err != nil {
+		t.Fatal(err)
+	}
+}
