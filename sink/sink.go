@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strconv"
 	"sync"
 	"time"
@@ -71,6 +72,10 @@ type Config struct {
 	OwnVnodes *roaring.Bitmap
 	// Progress, when set, is called after every checkpoint and at the end.
 	Progress func(Progress)
+	// Logger receives the coordinator's log: its decisions (joins, epochs
+	// committed, writers that left, aborts) at Debug level, failures at
+	// Warn and Error. Default slog.Default().
+	Logger *slog.Logger
 }
 
 func (c Config) withDefaults() Config {
@@ -213,9 +218,13 @@ func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*c
 		}
 		store, closeStore = st, st.Close
 	}
+	var opts []coordinator.Option
+	if cfg.Logger != nil {
+		opts = append(opts, coordinator.WithLogger(cfg.Logger))
+	}
 	coord, err := coordinator.Start(ctx, coordinator.Config{
 		Vnodes: cfg.Vnodes, CommitInterval: cfg.CommitInterval, CommitBytes: cfg.CommitBytes,
-	}, ec, store)
+	}, ec, store, opts...)
 	if err != nil {
 		closeStore()
 		return nil, nil, nil, err

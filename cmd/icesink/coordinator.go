@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"path/filepath"
 
@@ -26,6 +27,7 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	vnodeCount := fs.Int("vnode-count", 256, "number of vnodes")
 	sinkID := fs.String("sink-id", "icesink", "sink `ID` recorded in snapshot summaries")
 	stateDir := fs.String("state-dir", "", "`DIR` for the coordinator's checkpoints (default: DIR/_icesink/SINK-ID)")
+	verbose := fs.Bool("v", false, "log the coordinator's decisions (writers joining and leaving, epochs committed, aborts) to stderr")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -51,9 +53,14 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	if *stateDir == "" {
 		*stateDir = filepath.Join(tf.warehouse, "_icesink", *sinkID)
 	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
 	c, stop, err := sink.StartCoordinator(ctx, sink.Config{
 		Loader: wh.Catalog, Ident: ident, SinkID: *sinkID, CommitInterval: *interval,
 		CommitBytes: cb, Vnodes: *vnodeCount, StateDir: *stateDir,
+		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {
 		return err

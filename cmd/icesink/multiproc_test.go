@@ -47,7 +47,7 @@ func TestMultiProcessCoordinator(t *testing.T) {
 	lines := mpChangelog(t, rand.New(rand.NewPCG(21, 21)), in, 20000, 3000)
 	const ckRows, interval = 1000, 2
 
-	addr := mpCoordinator(t, ctx, wh, "--commit-interval", strconv.Itoa(interval))
+	addr, _ := mpCoordinator(t, ctx, wh, "--commit-interval", strconv.Itoa(interval))
 	ws := mpWriters(t, ctx, wh, addr, in, ckRows, mpOwners)
 	for i, w := range ws {
 		if err := w.wait(ctx); err != nil {
@@ -81,7 +81,7 @@ func TestMultiProcessWriterKilled(t *testing.T) {
 	const ckRows = 2000
 	want := mpExpectedCommits(len(lines), ckRows, 1)
 
-	addr := mpCoordinator(t, ctx, wh)
+	addr, coord := mpCoordinator(t, ctx, wh, "-v")
 	ws := mpWriters(t, ctx, wh, addr, in, ckRows, mpOwners)
 	// The table's metadata files: one at creation, one per commit.
 	meta := filepath.Join(wh, "db.db", "t", "metadata", "*.metadata.json")
@@ -102,6 +102,14 @@ func TestMultiProcessWriterKilled(t *testing.T) {
 	}
 	if err := ws[0].wait(ctx); err == nil {
 		t.Fatalf("writer %s finished before the kill; make the input longer", mpOwners[0])
+	}
+	// The coordinator says (-v) that the writer left, in a window or between.
+	for !strings.Contains(coord.output(), "left") {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the coordinator never logged the killed writer leaving:\n%s", coord.output())
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 
 	// Nothing partial: a prefix of whole epochs, each with both windows.
@@ -251,13 +259,13 @@ var servingRE = regexp.MustCompile(`serving writers on (\S+)\n`)
 
 // mpCoordinator starts the coordinator on a free port and returns the
 // address it prints once listening.
-func mpCoordinator(t *testing.T, ctx context.Context, wh string, args ...string) string {
+func mpCoordinator(t *testing.T, ctx context.Context, wh string, args ...string) (string, *mpProc) {
 	t.Helper()
 	p := mpStart(t, ctx, append([]string{"coordinator", "--warehouse", wh, "--table", mpTable,
 		"--listen", "127.0.0.1:0", "--vnode-count", mpVnodes}, args...)...)
 	for {
 		if m := servingRE.FindStringSubmatch(p.output()); m != nil {
-			return m[1]
+			return m[1], p
 		}
 		select {
 		case <-p.done:
