@@ -96,3 +96,40 @@ func filesOf(p commit.Payload, k commit.FileKind) []commit.File {
 	}
 	return out
 }
+
+// TestRewriteDropsFullyDeletedFile: a window data file all of whose rows
+// were deleted in the window is not committed at all, and neither are its
+// position deletes; the equality deletes still remove the older rows.
+func TestRewriteDropsFullyDeletedFile(t *testing.T) {
+	e := newEnv(t, simpleSchema, nil)
+	m := newModel(t, simpleSchema)
+	ctx := context.Background()
+	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, RewriteDeleted: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	write := func(op deltawriter.Op, from, to int64) {
+		for k := from; k < to; k++ {
+			ch := deltawriter.Change{Op: op, Row: []any{k, "n", k}}
+			if err := w.Write(ctx, ch); err != nil {
+				t.Fatal(err)
+			}
+			m.apply(ch)
+		}
+	}
+	write(deltawriter.Insert, 0, 100)
+	e.commitWindow(w, 1)
+	write(deltawriter.Insert, 100, 1100)
+	write(deltawriter.Delete, 100, 1100)
+	write(deltawriter.Delete, 0, 10)
+	p := e.commitWindow(w, 2)
+	kinds := countKinds(p)
+	if len(filesOf(p, commit.DataFile)) != 0 || kinds[commit.PositionDeleteFile] != 0 {
+		t.Errorf("window 2 commits %d data files, %d position deletes; want none", len(filesOf(p, commit.DataFile)), kinds[commit.PositionDeleteFile])
+	}
+	if kinds[commit.EqualityDeleteFile] == 0 {
+		t.Error("no equality deletes for the keys of window 1")
+	}
+	m.check(t, e.tbl)
+}

@@ -741,6 +741,9 @@ func (w *Writer) Abort(ctx context.Context) error {
 func (w *Writer) Discard(ctx context.Context, p commit.Payload) error {
 	var errs []error
 	for _, f := range p.Files {
+		if f.Path == "" {
+			continue // a rewritten file that kept no row
+		}
 		if err := w.fs.Remove(f.Path); err != nil {
 			errs = append(errs, fmt.Errorf("deltawriter: removing %s: %w", f.Path, err))
 		}
