@@ -22,7 +22,14 @@
 // kernel's VmHWM reset per run where Linux allows it, else the sampled
 // VmRSS), peak Go heap, the writer's peak accounted bytes, spill figures,
 // files by kind, equality-delete rows, the time to scan the table back
-// with iceberg-go, and a memory-over-time series.
+// with iceberg-go, and a memory-over-time series. Options.RewriteDeleted
+// runs the writer scenarios with deltawriter's rewrite at commit (the
+// reader-cost trade: fewer row images to scan for more write work).
+//
+// The hot paths have their own benchmarks next to their code: key
+// encoding and hashing and the position-delete sort and write in
+// deltawriter, index Get/Put in dedup, block probes, flush and compaction
+// in spill.
 //
 // # Usage
 //
