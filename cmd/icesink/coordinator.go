@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 
 	"github.com/icesink/icesink/coordinator/coordgrpc"
+	"github.com/icesink/icesink/deltawriter"
 	"github.com/icesink/icesink/sink"
 	"github.com/icesink/icesink/warehouse"
 )
@@ -27,6 +28,8 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	vnodeCount := fs.Int("vnode-count", 256, "number of vnodes")
 	sinkID := fs.String("sink-id", "icesink", "sink `ID` recorded in snapshot summaries")
 	stateDir := fs.String("state-dir", "", "`DIR` for the coordinator's checkpoints (default: DIR/_icesink/SINK-ID)")
+	var sf specFlags
+	sf.register(fs)
 	verbose := fs.Bool("v", false, "log the coordinator's decisions (writers joining and leaving, epochs committed, aborts) to stderr")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -47,8 +50,17 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	defer wh.Close()
-	if _, err := wh.Catalog.LoadTable(ctx, ident); err != nil {
-		return fmt.Errorf("loading table %s (create it with a first run): %w", tf.table, err)
+	spec, err := sf.spec()
+	if err != nil {
+		return err
+	}
+	tbl, _, err := wh.LoadOrCreate(ctx, ident, spec)
+	if err != nil {
+		return err
+	}
+	// Refuse a table the writers cannot upsert into before they join.
+	if _, err := deltawriter.NewKeyCodec(tbl.Schema()); err != nil {
+		return fmt.Errorf("table %s: %w", tf.table, err)
 	}
 	if *stateDir == "" {
 		*stateDir = filepath.Join(tf.warehouse, "_icesink", *sinkID)

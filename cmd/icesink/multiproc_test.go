@@ -43,11 +43,12 @@ var abortedRE = regexp.MustCompile(`input up to line (\d+), epoch \d+, is commit
 // and every commit epoch is one snapshot holding both writers' windows.
 func TestMultiProcessCoordinator(t *testing.T) {
 	ctx := mpContext(t)
-	wh, in := mpWarehouse(t), filepath.Join(t.TempDir(), "in.jsonl")
+	wh, in := t.TempDir(), filepath.Join(t.TempDir(), "in.jsonl")
 	lines := mpChangelog(t, rand.New(rand.NewPCG(21, 21)), in, 20000, 3000)
 	const ckRows, interval = 1000, 2
 
-	addr, _ := mpCoordinator(t, ctx, wh, "--commit-interval", strconv.Itoa(interval))
+	// The coordinator creates the table from --schema.
+	addr, _ := mpCoordinator(t, ctx, wh, "--commit-interval", strconv.Itoa(interval), "--schema", writeSchema(t))
 	ws := mpWriters(t, ctx, wh, addr, in, ckRows, mpOwners)
 	for i, w := range ws {
 		if err := w.wait(ctx); err != nil {
@@ -193,7 +194,7 @@ func mpContext(t *testing.T) context.Context {
 	return ctx
 }
 
-// mpWarehouse creates the table: the coordinator needs it to exist.
+// mpWarehouse creates the table, as a first run would.
 func mpWarehouse(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
@@ -539,4 +540,13 @@ func mpWindows(paths []string) map[string]bool {
 		}
 	}
 	return ws
+}
+
+// TestCoordinatorNeedsTableOrSchema: a coordinator on a missing table
+// without --schema fails at once and says how to create the table.
+func TestCoordinatorNeedsTableOrSchema(t *testing.T) {
+	_, stderr, code := icesink(t, "coordinator", "--warehouse", t.TempDir(), "--table", mpTable, "--listen", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(stderr, "--schema") {
+		t.Fatalf("exit %d, stderr %q: want 1 and a hint at --schema", code, stderr)
+	}
 }

@@ -32,8 +32,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fs.SetOutput(stderr)
 	var tf tableFlags
 	tf.register(fs)
-	schemaPath := fs.String("schema", "", "Iceberg schema `FILE` (the spec's JSON form); required to create the table")
-	specPath := fs.String("partition-spec", "", "Iceberg partition spec `FILE` (JSON) for a new table; default unpartitioned")
+	var sf specFlags
+	sf.register(fs)
 	input := fs.String("input", "", "input `FILE`, or - for standard input")
 	format := fs.String("format", "changelog-json", "input format: changelog-json or debezium-json")
 	mode := fs.String("mode", "upsert", "upsert (inserts replace any row of the key) or changelog (trusted -U/+U pairs)")
@@ -83,22 +83,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return fmt.Errorf("%w: --table: %v", errUsage, err)
 	}
-	var spec warehouse.TableSpec
-	if *schemaPath != "" {
-		if spec.Schema, err = readSchema(*schemaPath); err != nil {
-			return err
-		}
-	}
-	if *specPath != "" {
-		b, err := os.ReadFile(*specPath)
-		if err != nil {
-			return fmt.Errorf("reading the partition spec: %w", err)
-		}
-		var ps iceberg.PartitionSpec
-		if err := json.Unmarshal(b, &ps); err != nil {
-			return fmt.Errorf("partition spec %s: %w", *specPath, err)
-		}
-		spec.Partition = &ps
+	spec, err := sf.spec()
+	if err != nil {
+		return err
 	}
 
 	wh, err := warehouse.Open(ctx, tf.warehouse, warehouse.Options{CatalogURI: tf.catalogURI})
@@ -196,6 +183,38 @@ func parseSize(s string) (int64, error) {
 		return 0, err
 	}
 	return int64(n), nil
+}
+
+// specFlags are the flags that describe a table to create.
+type specFlags struct{ schema, partition string }
+
+func (f *specFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.schema, "schema", "", "Iceberg schema `FILE` (the spec's JSON form); required to create the table")
+	fs.StringVar(&f.partition, "partition-spec", "", "Iceberg partition spec `FILE` (JSON) for a new table; default unpartitioned")
+}
+
+// spec reads the files the flags name (none: an empty spec, which only
+// loads an existing table).
+func (f *specFlags) spec() (warehouse.TableSpec, error) {
+	var spec warehouse.TableSpec
+	if f.schema != "" {
+		var err error
+		if spec.Schema, err = readSchema(f.schema); err != nil {
+			return spec, err
+		}
+	}
+	if f.partition != "" {
+		b, err := os.ReadFile(f.partition)
+		if err != nil {
+			return spec, fmt.Errorf("reading the partition spec: %w", err)
+		}
+		var ps iceberg.PartitionSpec
+		if err := json.Unmarshal(b, &ps); err != nil {
+			return spec, fmt.Errorf("partition spec %s: %w", f.partition, err)
+		}
+		spec.Partition = &ps
+	}
+	return spec, nil
 }
 
 func readSchema(path string) (*iceberg.Schema, error) {
