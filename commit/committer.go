@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -76,19 +77,7 @@ func (c *Committer) Last() (Committed, bool) {
 }
 
 func lastCommitted(tbl *table.Table, sinkID string) (Committed, bool) {
-	cur := tbl.CurrentSnapshot()
-	if cur == nil {
-		return Committed{}, false
-	}
-	meta := tbl.Metadata()
-	for _, s := range table.AncestorsOf(cur.SnapshotID, meta.SnapshotByID) {
-		if s.Summary == nil || s.Summary.Properties[PropSinkID] != sinkID {
-			continue
-		}
-		e, err := strconv.ParseUint(s.Summary.Properties[PropEpoch], 10, 64)
-		if err != nil {
-			continue
-		}
+	for e, s := range sinkEpochs(tbl, sinkID) {
 		return Committed{Epoch: e, SnapshotID: s.SnapshotID, Properties: s.Summary.Properties}, true
 	}
 	return Committed{}, false
@@ -97,25 +86,37 @@ func lastCommitted(tbl *table.Table, sinkID string) (Committed, bool) {
 // CountSince returns the number of snapshots of the table's main-branch
 // ancestry that this sink committed for epochs after epoch.
 func (c *Committer) CountSince(epoch uint64) int {
-	cur := c.tbl.CurrentSnapshot()
-	if cur == nil {
-		return 0
-	}
 	n := 0
-	for _, s := range table.AncestorsOf(cur.SnapshotID, c.tbl.Metadata().SnapshotByID) {
-		if s.Summary == nil || s.Summary.Properties[PropSinkID] != c.sinkID {
-			continue
-		}
-		e, err := strconv.ParseUint(s.Summary.Properties[PropEpoch], 10, 64)
-		if err != nil {
-			continue
-		}
+	for e := range sinkEpochs(c.tbl, c.sinkID) {
 		if e <= epoch {
 			break // ancestry runs newest first, and epochs grow along it
 		}
 		n++
 	}
 	return n
+}
+
+// sinkEpochs yields the snapshots of the table's main-branch ancestry that
+// sinkID committed, newest first, with their epochs.
+func sinkEpochs(tbl *table.Table, sinkID string) iter.Seq2[uint64, table.Snapshot] {
+	return func(yield func(uint64, table.Snapshot) bool) {
+		cur := tbl.CurrentSnapshot()
+		if cur == nil {
+			return
+		}
+		for _, s := range table.AncestorsOf(cur.SnapshotID, tbl.Metadata().SnapshotByID) {
+			if s.Summary == nil || s.Summary.Properties[PropSinkID] != sinkID {
+				continue
+			}
+			e, err := strconv.ParseUint(s.Summary.Properties[PropEpoch], 10, 64)
+			if err != nil {
+				continue
+			}
+			if !yield(e, s) {
+				return
+			}
+		}
+	}
 }
 
 // Result is the outcome of one Commit.

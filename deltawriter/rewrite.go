@@ -172,6 +172,12 @@ func (w *Writer) liveRows(rec arrow.RecordBatch, pos int64, deleted []uint32, ne
 	if from < n {
 		ranges = append(ranges, [2]int64{from, n})
 	}
+	switch len(ranges) {
+	case 0:
+		return same.NewSlice(0, 0), nil // every row deleted
+	case 1:
+		return same.NewSlice(ranges[0][0], ranges[0][1]), nil // no copy
+	}
 	cols := make([]arrow.Array, len(w.arrow.Fields()))
 	defer func() {
 		for _, c := range cols {
@@ -186,10 +192,6 @@ func (w *Writer) liveRows(rec arrow.RecordBatch, pos int64, deleted []uint32, ne
 		kept += r[1] - r[0]
 	}
 	for i, c := range same.Columns() {
-		if len(ranges) == 0 {
-			cols[i] = array.MakeArrayOfNull(memory.DefaultAllocator, c.DataType(), 0)
-			continue
-		}
 		for j, r := range ranges {
 			parts[j] = array.NewSlice(c, r[0], r[1])
 		}
