@@ -7,6 +7,7 @@ import (
 	"iter"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/apache/iceberg-go"
@@ -19,6 +20,9 @@ const (
 	PropSinkID        = "icesink.sink-id"
 	PropEpoch         = "icesink.epoch"
 	PropInputPosition = "icesink.input-position"
+	// PropSinkPrefix prefixes the table properties a sink keeps its last
+	// commit in: icesink.sink.SINK-ID.epoch and .input-position.
+	PropSinkPrefix = "icesink.sink."
 )
 
 // TableLoader loads a table's current metadata from its catalog; every
@@ -30,18 +34,31 @@ type TableLoader interface {
 // Committer commits window payloads to one table, one RowDelta snapshot per
 // epoch, at most once per (sink id, epoch). It is not safe for concurrent
 // use.
+//
+// Besides the snapshot summary, every commit records the sink's epoch and
+// its summary properties in table properties (PropSinkPrefix), updated in
+// the same commit, so that the sink's position survives snapshot expiry and
+// foreign commits that push its snapshots out of the retained history.
 type Committer struct {
 	loader     TableLoader
 	ident      table.Identifier
 	sinkID     string
 	tbl        *table.Table
 	maxRetries int
+	// stale: the last commit attempt failed, so the catalog may hold a
+	// newer table (another committer's, or this commit's own if the
+	// outcome was unknown) than tbl; the next Commit reloads first.
+	stale bool
 }
 
-// Committed describes the newest snapshot a sink committed.
+// Committed describes the newest epoch a sink committed.
 type Committed struct {
-	Epoch      uint64
+	Epoch uint64
+	// SnapshotID is the snapshot holding the epoch; 0 when snapshot expiry
+	// removed it and only the table properties tell the epoch.
 	SnapshotID int64
+	// Properties are the icesink.* properties the epoch was committed with
+	// (the snapshot summary, or the table properties kept for the sink).
 	Properties iceberg.Properties
 }
 
@@ -67,20 +84,44 @@ func (c *Committer) Refresh(ctx context.Context) error {
 		return fmt.Errorf("commit: reloading table %v: %w", c.ident, err)
 	}
 	c.tbl = tbl
+	c.stale = false
 	return nil
 }
 
-// Last returns the newest snapshot of the table's main-branch ancestry that
-// this sink committed; ok is false when it committed none.
+// Last returns the newest epoch this sink committed to the table; ok is
+// false when it committed none.
 func (c *Committer) Last() (Committed, bool) {
 	return lastCommitted(c.tbl, c.sinkID)
 }
 
+// sinkProp is the table property under which sinkID keeps the summary
+// property key (an "icesink." key) of its last commit.
+func sinkProp(sinkID, key string) string {
+	return PropSinkPrefix + sinkID + "." + strings.TrimPrefix(key, "icesink.")
+}
+
 func lastCommitted(tbl *table.Table, sinkID string) (Committed, bool) {
+	props := tbl.Properties()
+	kept, err := strconv.ParseUint(props[sinkProp(sinkID, PropEpoch)], 10, 64)
+	hasKept := err == nil
 	for e, s := range sinkEpochs(tbl, sinkID) {
+		if hasKept && e < kept {
+			break // the snapshot of the kept epoch was expired
+		}
 		return Committed{Epoch: e, SnapshotID: s.SnapshotID, Properties: s.Summary.Properties}, true
 	}
-	return Committed{}, false
+	if !hasKept {
+		return Committed{}, false
+	}
+	prefix := PropSinkPrefix + sinkID + "."
+	out := iceberg.Properties{}
+	for k, v := range props {
+		if rest, ok := strings.CutPrefix(k, prefix); ok {
+			out["icesink."+rest] = v
+		}
+	}
+	out[PropSinkID] = sinkID
+	return Committed{Epoch: kept, Properties: out}, true
 }
 
 // CountSince returns the number of snapshots of the table's main-branch
@@ -133,12 +174,17 @@ type Result struct {
 }
 
 // Commit commits the payloads of epoch as one RowDelta snapshot whose
-// summary carries the sink id, the epoch and props. If the table's ancestry
-// already holds an epoch >= epoch of this sink, nothing is committed
-// (AlreadyCommitted). When the catalog reports that the branch moved, the
-// table is refreshed and the same files are committed again, bounded, with
-// backoff; any other error is returned as is, since the commit may have
-// landed and only a lookup can tell.
+// summary carries the sink id, the epoch and props. If the table already
+// holds an epoch >= epoch of this sink, nothing is committed
+// (AlreadyCommitted).
+//
+// A commit that failed with nothing committed (the branch moved under it:
+// another sink, a foreign append, a maintenance job) is retried, bounded,
+// with backoff, on a freshly loaded table, after checking that the epoch is
+// still not there. Any other error is returned; the commit may have landed,
+// so the next Commit reloads the table and checks the epoch before
+// committing again. A conflict that would lose a delete (a data file the
+// payload's position deletes reference is gone) is never retried.
 func (c *Committer) Commit(ctx context.Context, epoch uint64, payloads []Payload, props map[string]string) (Result, error) {
 	var res Result
 	nfiles := 0
@@ -153,6 +199,11 @@ func (c *Committer) Commit(ctx context.Context, epoch uint64, payloads []Payload
 		return res, nil
 	}
 	for attempt := 0; ; attempt++ {
+		if c.stale {
+			if err := c.Refresh(ctx); err != nil {
+				return res, err
+			}
+		}
 		if last, ok := c.Last(); ok && last.Epoch >= epoch {
 			res.AlreadyCommitted = last.Epoch == epoch
 			res.SnapshotID = last.SnapshotID
@@ -163,11 +214,12 @@ func (c *Committer) Commit(ctx context.Context, epoch uint64, payloads []Payload
 		}
 		tbl, err := c.commitOnce(ctx, epoch, payloads, props)
 		if err == nil {
-			c.tbl = tbl
 			res.SnapshotID = tbl.CurrentSnapshot().SnapshotID
+			c.adopt(ctx, tbl)
 			return res, nil
 		}
-		if !errors.Is(err, table.ErrCommitFailed) || attempt >= c.maxRetries {
+		c.stale = true
+		if !Retryable(err) || attempt >= c.maxRetries {
 			return res, fmt.Errorf("commit: epoch %d of sink %q: %w", epoch, c.sinkID, err)
 		}
 		res.Retries++
@@ -178,10 +230,40 @@ func (c *Committer) Commit(ctx context.Context, epoch uint64, payloads []Payload
 			return res, fmt.Errorf("commit: epoch %d: %w", epoch, ctx.Err())
 		case <-time.After(backoff):
 		}
-		if err := c.Refresh(ctx); err != nil {
-			return res, err
-		}
 	}
+}
+
+// adopt makes the table a commit returned the committer's view. The table
+// iceberg-go returns from a transaction keeps the transaction, and through
+// it the previous table version, reachable from its new snapshot (the
+// snapshot's parent and schema ids point into the producer and the
+// metadata builder), so every version since the start stays in memory: a
+// run of n commits held O(n^2) bytes. A table loaded from the catalog has
+// no such chain; when loading fails, the returned table is kept.
+func (c *Committer) adopt(ctx context.Context, committed *table.Table) {
+	c.tbl = committed
+	if err := c.Refresh(ctx); err != nil {
+		c.tbl = committed
+		c.stale = true
+	}
+}
+
+// Retryable reports whether err, returned by a commit, means that nothing
+// was committed and that the same files may be committed again on a
+// refreshed table: the catalog refused a moved branch (iceberg-go reports
+// it as table.ErrCommitFailed, or, for the SQL catalog, as a failed
+// requirement), or a concurrent commit conflicted. A missing data file is
+// not retryable: a position delete would then miss its row.
+func Retryable(err error) bool {
+	if err == nil || errors.Is(err, table.ErrDataFilesMissing) {
+		return false
+	}
+	if errors.Is(err, table.ErrCommitFailed) || errors.Is(err, table.ErrCommitDiverged) {
+		return true
+	}
+	// The SQL catalog validates the commit's requirements against the
+	// table it loads before writing anything, and returns a plain error.
+	return strings.Contains(strings.ToLower(err.Error()), "requirement failed: ")
 }
 
 func (c *Committer) commitOnce(ctx context.Context, epoch uint64, payloads []Payload, props map[string]string) (*table.Table, error) {
@@ -192,6 +274,12 @@ func (c *Committer) commitOnce(ctx context.Context, epoch uint64, payloads []Pay
 	}
 	summary[PropSinkID] = c.sinkID
 	summary[PropEpoch] = strconv.FormatUint(epoch, 10)
+	kept := iceberg.Properties{}
+	for k, v := range summary {
+		if strings.HasPrefix(k, "icesink.") && k != PropSinkID {
+			kept[sinkProp(c.sinkID, k)] = v
+		}
+	}
 
 	tx := c.tbl.NewTransaction()
 	rd := tx.NewRowDelta(summary)
@@ -218,6 +306,9 @@ func (c *Committer) commitOnce(ctx context.Context, epoch uint64, payloads []Pay
 	}
 	if err := rd.Commit(ctx); err != nil {
 		return nil, err
+	}
+	if err := tx.SetProperties(kept); err != nil {
+		return nil, fmt.Errorf("recording the sink's epoch in the table properties: %w", err)
 	}
 	return tx.Commit(ctx)
 }

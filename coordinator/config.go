@@ -32,6 +32,13 @@ type Config struct {
 	// CommitBackoff is the wait before the first retry of a failed commit;
 	// it doubles with each further retry. Default: 10.
 	CommitBackoff int
+	// Job identifies what this coordinator commits (table UUID, schema,
+	// sink id, ...): a writer whose Register.Job gives another value for
+	// any of these keys is refused at join, before it writes a file. Keys
+	// the coordinator does not know (a writer-side setting such as its
+	// checkpoint interval) are taken from the first writer that joins and
+	// then bind every later one. Default: empty.
+	Job map[string]string
 	// Logf, if set, receives one line per decision the machine takes
 	// (alignment, commit, abort). Default: no logging.
 	Logf func(format string, args ...any)

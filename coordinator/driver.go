@@ -198,6 +198,7 @@ func (c *Coordinator) run(ctx context.Context, m *Machine) {
 	sessions := make(map[WriterID]*LocalSession)
 	commitDone := make(chan CommitDone, 1)
 	var commits sync.WaitGroup
+	uncovered := 0 // ticks since live writers stopped covering every vnode
 	ticker := time.NewTicker(c.opts.tick)
 	defer ticker.Stop()
 	exit := func(err error) {
@@ -233,6 +234,7 @@ func (c *Coordinator) run(ctx context.Context, m *Machine) {
 			}
 		case <-ticker.C:
 			err = m.Step(Tick{})
+			uncovered = c.warnUncovered(m, uncovered)
 		case d := <-commitDone:
 			err = m.Step(d)
 		case <-ctx.Done():
@@ -243,6 +245,27 @@ func (c *Coordinator) run(ctx context.Context, m *Machine) {
 			c.opts.logger.Warn("coordinator: request refused", "err", err)
 		}
 	}
+}
+
+// uncoveredGrace is how long (in ticks) live writers may leave vnodes
+// uncovered before the coordinator says which, and how often it says it
+// again: writers joining one by one are not warned about.
+const uncoveredGrace = 50
+
+// warnUncovered logs, after uncoveredGrace ticks and then every
+// uncoveredGrace ticks, which vnodes no live writer holds while some
+// writers are live: their epochs cannot align until a writer takes them.
+func (c *Coordinator) warnUncovered(m *Machine, ticks int) int {
+	st := m.Status()
+	if len(st.Writers) == 0 || st.Missing.IsEmpty() {
+		return 0
+	}
+	ticks++
+	if ticks%uncoveredGrace == 0 {
+		c.opts.logger.Warn("coordinator: no writer holds some vnodes; epochs wait until one joins with them",
+			"missing", FormatVnodes(st.Missing), "epochs", st.Undecided)
+	}
+	return ticks
 }
 
 func (c *Coordinator) handleReady(ctx context.Context, m *Machine, sessions map[WriterID]*LocalSession, commitDone chan CommitDone, commits *sync.WaitGroup) {
@@ -263,6 +286,7 @@ func (c *Coordinator) handleReady(ctx context.Context, m *Machine, sessions map[
 			cancel()
 			if err != nil {
 				err = fmt.Errorf("committing epoch %d (attempt %d): %w", req.Epoch, req.Attempt, err)
+				c.opts.logger.Warn("coordinator: commit failed", "epoch", req.Epoch, "attempt", req.Attempt, "err", err)
 			}
 			commitDone <- CommitDone{Epoch: req.Epoch, Err: err} // one commit at a time: never blocks
 		}()

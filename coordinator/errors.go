@@ -24,6 +24,10 @@ var (
 	// ErrProtocol means a writer broke the protocol (epoch order, a payload
 	// for an epoch that does not commit, a report before registration, ...).
 	ErrProtocol = errors.New("coordinator: protocol error")
+	// ErrJobMismatch means a writer registered for another job than the
+	// coordinator's: another table, schema or sink id, or other checkpoint
+	// settings than the writers before it (see Config.Job).
+	ErrJobMismatch = errors.New("coordinator: writer of another job")
 	// ErrRetired means the session ended at an epoch boundary: after its
 	// final report or at a rescale. Nothing is lost; the session takes no
 	// more reports.

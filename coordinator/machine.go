@@ -3,7 +3,9 @@ package coordinator
 import (
 	"cmp"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/RoaringBitmap/roaring/v2"
 )
@@ -26,8 +28,9 @@ type Machine struct {
 	readyOut bool
 
 	writers   map[WriterID]*writer
-	undecided []*epochReports // ascending epochs with reports, not yet decided
-	commits   []*commitEpoch  // ascending decided commit epochs, not yet confirmed
+	job       map[string]string // Config.Job, plus what the first writers brought
+	undecided []*epochReports   // ascending epochs with reports, not yet decided
+	commits   []*commitEpoch    // ascending decided commit epochs, not yet confirmed
 
 	lastCommitted uint64
 	lastDecided   uint64
@@ -104,6 +107,7 @@ func NewMachine(cfg Config) (*Machine, error) {
 		all:     allVnodes(cfg.Vnodes),
 		step:    stepRunning,
 		writers: make(map[WriterID]*writer),
+		job:     maps.Clone(cfg.Job),
 	}, nil
 }
 
@@ -219,6 +223,15 @@ func (m *Machine) register(ev Register) error {
 		return m.refuse(ev.Writer, protocolErrorf("%v registered no vnodes", ev.Writer))
 	case ev.Vnodes.Maximum() >= uint32(m.cfg.Vnodes):
 		return m.refuse(ev.Writer, protocolErrorf("%v vnodes %s reach past %d", ev.Writer, FormatVnodes(ev.Vnodes), m.cfg.Vnodes-1))
+	}
+	if diff := jobDiff(m.job, ev.Job); diff != "" {
+		return m.refuse(ev.Writer, fmt.Errorf("%w: %v writes into another job than this coordinator's: %s", ErrJobMismatch, ev.Writer, diff))
+	}
+	if m.job == nil {
+		m.job = make(map[string]string, len(ev.Job))
+	}
+	for k, v := range ev.Job {
+		m.job[k] = v
 	}
 	vnodes := ev.Vnodes.Clone()
 	overlapsActive := false
@@ -716,9 +729,11 @@ func (m *Machine) Status() Status {
 	for _, e := range m.undecided {
 		s.Undecided = append(s.Undecided, e.epoch)
 	}
+	s.Missing = m.all.Clone()
 	for _, w := range m.sortedWriters() {
 		switch w.role {
 		case roleActive:
+			s.Missing.AndNot(w.vnodes)
 			s.Writers = append(s.Writers, WriterVnodes{Writer: w.id, Vnodes: w.vnodes})
 		case rolePending:
 			s.Pending = append(s.Pending, WriterVnodes{Writer: w.id, Vnodes: w.vnodes})
@@ -745,4 +760,16 @@ func sortByVnode(ws []*writer) {
 		}
 		return cmp.Compare(a.id, b.id)
 	})
+}
+
+// jobDiff lists, key by key, where the writer's job differs from the
+// coordinator's; "" when they agree on every key both know.
+func jobDiff(have, writer map[string]string) string {
+	var diffs []string
+	for _, k := range slices.Sorted(maps.Keys(writer)) {
+		if v, ok := have[k]; ok && v != writer[k] {
+			diffs = append(diffs, fmt.Sprintf("%s %q, the coordinator's %q", k, writer[k], v))
+		}
+	}
+	return strings.Join(diffs, "; ")
 }

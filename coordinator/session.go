@@ -46,6 +46,7 @@ type ConnectOption func(*connectOptions)
 type connectOptions struct {
 	rescale    bool
 	vnodeCount int
+	job        map[string]string
 }
 
 // WithRescale makes the registration a rescale: its vnodes may overlap live
@@ -57,6 +58,12 @@ func WithRescale() ConnectOption { return func(o *connectOptions) { o.rescale = 
 // with n vnodes, the same count as the coordinator.
 func WithVnodeCount(n int) ConnectOption { return func(o *connectOptions) { o.vnodeCount = n } }
 
+// WithJob makes the coordinator check that the writer writes into the
+// same job as itself and its other writers (see Config.Job).
+func WithJob(job map[string]string) ConnectOption {
+	return func(o *connectOptions) { o.job = job }
+}
+
 // ApplyConnectOptions returns the registration that opts ask for; transports
 // use it to carry the options.
 func ApplyConnectOptions(w WriterID, vnodes *roaring.Bitmap, opts ...ConnectOption) Register {
@@ -64,7 +71,7 @@ func ApplyConnectOptions(w WriterID, vnodes *roaring.Bitmap, opts ...ConnectOpti
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return Register{Writer: w, Vnodes: vnodes, Rescale: o.rescale, VnodeCount: o.vnodeCount}
+	return Register{Writer: w, Vnodes: vnodes, Rescale: o.rescale, VnodeCount: o.vnodeCount, Job: o.job}
 }
 
 func retiredError(epoch, at uint64) error {

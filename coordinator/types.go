@@ -41,6 +41,9 @@ type Register struct {
 	// VnodeCount, if not zero, is the vnode count the writer routes with;
 	// it must equal Config.Vnodes.
 	VnodeCount int
+	// Job is what the writer writes into: the table, schema and sink it
+	// writes for and the settings its epochs depend on (see Config.Job).
+	Job map[string]string
 }
 
 // Report is a writer's checkpoint report for Epoch. Every registered writer
@@ -219,6 +222,9 @@ type Status struct {
 	Writers []WriterVnodes
 	// Pending are the rescale registrations waiting for their boundary.
 	Pending []WriterVnodes
+	// Missing are the vnodes no live writer holds: while it is not empty
+	// and writers are live, no epoch can align.
+	Missing *roaring.Bitmap
 	// Failed is set once the machine has given up (ErrFailed).
 	Failed error
 }

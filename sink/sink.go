@@ -27,6 +27,7 @@ import (
 	"github.com/icesink/icesink/coordinator"
 	"github.com/icesink/icesink/coordinator/statestore"
 	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/warehouse"
 )
 
 // Source yields input records in order; *changelog.Decoder is one.
@@ -72,6 +73,11 @@ type Config struct {
 	OwnVnodes *roaring.Bitmap
 	// Progress, when set, is called after every checkpoint and at the end.
 	Progress func(Progress)
+	// Retention bounds the table history after each commit (snapshot
+	// expiry, data-manifest merges), so that a sink running for weeks
+	// keeps flat memory and commit cost. nil: commit.DefaultRetention();
+	// a zero Retention keeps all history.
+	Retention *commit.Retention
 	// Logger receives the coordinator's log: its decisions (joins, epochs
 	// committed, writers that left, aborts) at Debug level, failures at
 	// Warn and Error. Default slog.Default().
@@ -93,6 +99,10 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Vnodes <= 0 {
 		c.Vnodes = coordinator.DefaultVnodes
+	}
+	if c.Retention == nil {
+		r := commit.DefaultRetention()
+		c.Retention = &r
 	}
 	c.Writer.SinkID = c.SinkID
 	return c
@@ -128,6 +138,9 @@ type Result struct {
 // committed epoch and the input lines that epoch covers.
 func Resume(ctx context.Context, cfg Config) (Position, error) {
 	cfg = cfg.withDefaults()
+	if err := warehouse.CheckName(cfg.SinkID); err != nil {
+		return Position{}, fmt.Errorf("sink id: %w", err)
+	}
 	cm, err := commit.NewCommitter(ctx, cfg.Loader, cfg.Ident, cfg.SinkID)
 	if err != nil {
 		return Position{}, err
@@ -150,10 +163,12 @@ func positionOf(cm *commit.Committer) (Position, error) {
 // epochCommitter commits an epoch's payloads for the coordinator, one
 // epoch at a time, and remembers the last position committed.
 type epochCommitter struct {
-	cm  *commit.Committer
-	mu  sync.Mutex
-	pos Position
-	n   int
+	cm     *commit.Committer
+	retain commit.Retention
+	log    *slog.Logger
+	mu     sync.Mutex
+	pos    Position
+	n      int
 }
 
 func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads [][]byte) error {
@@ -189,6 +204,11 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 		if !res.AlreadyCommitted {
 			e.n++
 		}
+		// The epoch is committed whatever tidying does: a failure (a
+		// concurrent commit) is retried after the next epoch.
+		if _, err := e.cm.Tidy(ctx, e.retain); err != nil && e.log != nil {
+			e.log.Warn("tidying the table history", "epoch", epoch, "err", err)
+		}
 	}
 	return nil
 }
@@ -199,6 +219,9 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 // it and its state store.
 func StartCoordinator(ctx context.Context, cfg Config) (c *coordinator.Coordinator, stop func() error, err error) {
 	cfg = cfg.withDefaults()
+	if err := warehouse.CheckName(cfg.SinkID); err != nil {
+		return nil, nil, fmt.Errorf("sink id: %w", err)
+	}
 	cm, err := commit.NewCommitter(ctx, cfg.Loader, cfg.Ident, cfg.SinkID)
 	if err != nil {
 		return nil, nil, err
@@ -208,7 +231,10 @@ func StartCoordinator(ctx context.Context, cfg Config) (c *coordinator.Coordinat
 }
 
 func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*coordinator.Coordinator, *epochCommitter, func() error, error) {
-	ec := &epochCommitter{cm: cm}
+	ec := &epochCommitter{cm: cm, retain: *cfg.Retention, log: cfg.Logger}
+	if ec.log == nil {
+		ec.log = slog.Default()
+	}
 	var store coordinator.StateStore = &coordinator.MemStore{}
 	closeStore := func() error { return nil }
 	if cfg.StateDir != "" {
@@ -224,6 +250,7 @@ func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*c
 	}
 	coord, err := coordinator.Start(ctx, coordinator.Config{
 		Vnodes: cfg.Vnodes, CommitInterval: cfg.CommitInterval, CommitBytes: cfg.CommitBytes,
+		Job: jobOf(cm.Table(), cfg.SinkID),
 	}, ec, store, opts...)
 	if err != nil {
 		closeStore()
@@ -231,6 +258,20 @@ func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*c
 	}
 	stop := func() error { return errors.Join(coord.Close(), closeStore()) }
 	return coord, ec, stop, nil
+}
+
+// jobOf is what a sink's writers and coordinator must agree on before any
+// file is written: the table (by UUID, so another warehouse's table of the
+// same name differs), its schema, partition spec and format, and the sink.
+func jobOf(tbl *table.Table, sinkID string) map[string]string {
+	meta := tbl.Metadata()
+	return map[string]string{
+		"table-uuid":     meta.TableUUID().String(),
+		"schema-id":      strconv.Itoa(tbl.Schema().ID),
+		"spec-id":        strconv.Itoa(meta.DefaultPartitionSpec()),
+		"format-version": strconv.Itoa(meta.Version()),
+		"sink-id":        sinkID,
+	}
 }
 
 func (e *epochCommitter) committed() (Position, int) {
@@ -248,6 +289,9 @@ func (e *epochCommitter) committed() (Position, int) {
 // Result says so.
 func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	cfg = cfg.withDefaults()
+	if err := warehouse.CheckName(cfg.SinkID); err != nil {
+		return res, fmt.Errorf("sink id: %w", err)
+	}
 	began := time.Now()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -293,8 +337,11 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 		}
 	}()
 	route := make([]int, cfg.Vnodes)
+	job := jobOf(cm.Table(), cfg.SinkID)
+	// Every writer must end its checkpoints at the same input lines.
+	job["checkpoint-rows"] = strconv.FormatInt(cfg.CheckpointRows, 10)
 	for i, b := range bitmaps {
-		sess, err := connect(ctx, b, coordinator.WithVnodeCount(cfg.Vnodes))
+		sess, err := connect(ctx, b, coordinator.WithVnodeCount(cfg.Vnodes), coordinator.WithJob(job))
 		if err != nil {
 			return res, fmt.Errorf("connecting writer %d (vnodes %s): %w", i, coordinator.FormatVnodes(b), err)
 		}

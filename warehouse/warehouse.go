@@ -54,6 +54,11 @@ func Open(ctx context.Context, dir string, opts Options) (*Warehouse, error) {
 	var dialect sqlcat.SupportedDialect
 	switch {
 	case opts.CatalogURI == "":
+		// SQLite says only "unable to open database file (14)" when it
+		// cannot create its journal: name the folder and the cause.
+		if err := checkWritable(abs); err != nil {
+			return nil, fmt.Errorf("warehouse %s: the embedded catalog needs a writable folder: %w", dir, err)
+		}
 		// The path is a URI path: '#', '?' and '%' must be escaped.
 		esc := strings.NewReplacer("%", "%25", "#", "%23", "?", "%3f").Replace(filepath.Join(abs, "catalog.db"))
 		dsn := "file:" + esc + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
@@ -80,16 +85,56 @@ func Open(ctx context.Context, dir string, opts Options) (*Warehouse, error) {
 	return &Warehouse{Catalog: cat, Location: loc, db: db}, nil
 }
 
+// checkWritable reports why dir is not writable, if it is not.
+func checkWritable(dir string) error {
+	f, err := os.CreateTemp(dir, ".icesink-probe-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
 // Close closes the catalog database.
 func (w *Warehouse) Close() error { return w.db.Close() }
 
 // ParseIdent parses "ns.name" (the last dot separates the table name).
+// Both parts become folder names under the warehouse, so CheckName
+// applies to each.
 func ParseIdent(s string) (table.Identifier, error) {
 	i := strings.LastIndexByte(s, '.')
 	if i <= 0 || i == len(s)-1 {
 		return nil, fmt.Errorf("table name %q: want NAMESPACE.NAME", s)
 	}
-	return table.Identifier{s[:i], s[i+1:]}, nil
+	ident := table.Identifier{s[:i], s[i+1:]}
+	for _, part := range ident {
+		if err := CheckName(part); err != nil {
+			return nil, fmt.Errorf("table name %q: %w", s, err)
+		}
+	}
+	return ident, nil
+}
+
+// CheckName refuses a name that becomes part of a file path (a namespace,
+// a table name, a sink id) and could lead out of its folder: path
+// separators, "..", control characters, and '%', since iceberg-go decodes
+// file locations as URLs (so "%2e%2e%2f" is "../").
+func CheckName(s string) error {
+	switch {
+	case s == "":
+		return errors.New("empty name")
+	case strings.ContainsAny(s, `/\%`):
+		return fmt.Errorf("name %q holds a '/', '\\' or '%%', which would lead out of its folder", s)
+	case strings.Contains(s, ".."):
+		return fmt.Errorf("name %q holds \"..\", which would lead out of its folder", s)
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("name %q holds a control character", s)
+		}
+	}
+	return nil
 }
 
 // TableSpec describes a table to create.
@@ -120,7 +165,13 @@ func (w *Warehouse) LoadOrCreate(ctx context.Context, ident table.Identifier, sp
 	if err := w.Catalog.CreateNamespace(ctx, ns, nil); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
 		return nil, false, fmt.Errorf("creating namespace %s: %w", strings.Join(ns, "."), err)
 	}
-	props := iceberg.Properties{"format-version": "2"}
+	props := iceberg.Properties{
+		"format-version": "2",
+		// A long-running sink commits often: keep the metadata folder to
+		// the newest 100 metadata files instead of one per commit forever.
+		table.MetadataDeleteAfterCommitEnabledKey: "true",
+		table.MetadataPreviousVersionsMaxKey:      "100",
+	}
 	for k, v := range spec.Properties {
 		props[k] = v
 	}
@@ -129,6 +180,11 @@ func (w *Warehouse) LoadOrCreate(ctx context.Context, ident table.Identifier, sp
 		opts = append(opts, catalog.WithPartitionSpec(spec.Partition))
 	}
 	tbl, err = w.Catalog.CreateTable(ctx, ident, spec.Schema, opts...)
+	if errors.Is(err, catalog.ErrTableAlreadyExists) {
+		// Another process created it since the load: use theirs, if it
+		// has the same schema.
+		return w.LoadOrCreate(ctx, ident, TableSpec{Schema: spec.Schema})
+	}
 	if err != nil {
 		return nil, false, fmt.Errorf("creating table %s: %w", strings.Join(ident, "."), err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/apache/iceberg-go"
@@ -57,5 +58,78 @@ func TestLoadOrCreateChecksSchema(t *testing.T) {
 	}
 	if _, created, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{}); err != nil || created {
 		t.Errorf("loading the existing table: created %v, %v", created, err)
+	}
+}
+
+// Table names that would lead out of the warehouse are refused, also when
+// URL-encoded (iceberg-go decodes file locations: "%2e%2e%2f" wrote table
+// data and metadata outside the warehouse).
+func TestParseIdentRefusesEscapes(t *testing.T) {
+	for _, s := range []string{"db.%2e%2e%2fx", "%2e%2e.t", "db.a/b", `db.a\b`, "..db.t", "db.\x00"} {
+		if id, err := warehouse.ParseIdent(s); err == nil {
+			t.Errorf("ParseIdent(%q) = %v, want an error", s, id)
+		}
+	}
+	for _, s := range []string{"db.t", "a.b.orders", "db.t-1_x"} {
+		if _, err := warehouse.ParseIdent(s); err != nil {
+			t.Errorf("ParseIdent(%q): %v", s, err)
+		}
+	}
+}
+
+// Two processes creating the same table at once: the loser loads the
+// winner's table instead of failing with "table already exists".
+func TestLoadOrCreateConcurrently(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	const n = 4
+	uuids := make(chan string, n)
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			wh, err := warehouse.Open(ctx, dir, warehouse.Options{})
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer wh.Close()
+			tbl, _, err := wh.LoadOrCreate(ctx, table.Identifier{"db", "t"}, warehouse.TableSpec{Schema: schema})
+			if err != nil {
+				errs <- err
+				return
+			}
+			uuids <- tbl.Metadata().TableUUID().String()
+		}()
+	}
+	seen := map[string]bool{}
+	for range n {
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		case u := <-uuids:
+			seen[u] = true
+		}
+	}
+	if len(seen) != 1 {
+		t.Fatalf("%d different tables created: %v", len(seen), seen)
+	}
+}
+
+// A read-only warehouse folder is named, with the cause, instead of
+// SQLite's "unable to open database file (14)".
+func TestReadOnlyWarehouseNamed(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	defer os.Chmod(dir, 0o755)
+	if f, err := os.CreateTemp(dir, "probe"); err == nil {
+		f.Close()
+		os.Remove(f.Name())
+		t.Skip("this user writes into read-only folders (root): nothing to check")
+	}
+	_, err := warehouse.Open(context.Background(), dir, warehouse.Options{})
+	if err == nil || !strings.Contains(err.Error(), dir) || !strings.Contains(err.Error(), "permission denied") {
+		t.Fatalf("got %v, want an error naming %s and the permission", err, dir)
 	}
 }

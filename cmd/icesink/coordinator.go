@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"net"
 	"path/filepath"
 
+	"github.com/icesink/icesink/coordinator"
 	"github.com/icesink/icesink/coordinator/coordgrpc"
 	"github.com/icesink/icesink/deltawriter"
 	"github.com/icesink/icesink/sink"
@@ -36,6 +38,9 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	if err := tf.check(); err != nil {
 		return err
+	}
+	if err := warehouse.CheckName(*sinkID); err != nil {
+		return fmt.Errorf("%w: --sink-id: %v", errUsage, err)
 	}
 	cb, err := parseSize(*commitBytes)
 	if err != nil {
@@ -84,6 +89,9 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	fmt.Fprintf(stderr, "icesink coordinator: sink %q on %s, serving writers on %s\n", *sinkID, tf.table, lis.Addr())
 	err = coordgrpc.Serve(ctx, lis, c)
+	if errors.Is(err, coordinator.ErrFailed) {
+		return fmt.Errorf("%w\n(the recorded epoch stays in %s; a restart commits it once its cause is fixed. An epoch that can never commit (its files are gone) is dropped by moving that folder away: its writers then redo it from the input)", err, *stateDir)
+	}
 	if ctx.Err() != nil {
 		return nil
 	}

@@ -57,6 +57,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := tf.check(); err != nil {
 		return err
 	}
+	if err := warehouse.CheckName(*sinkID); err != nil {
+		return fmt.Errorf("%w: --sink-id: %v", errUsage, err)
+	}
 	if *input == "" {
 		return fmt.Errorf("%w: --input is required", errUsage)
 	}

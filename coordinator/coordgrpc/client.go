@@ -85,7 +85,7 @@ func open(ctx context.Context, cc grpc.ClientConnInterface, vnodes *roaring.Bitm
 	}
 	go s.recv()
 	err = s.send(&coordpb.WriterMessage{Msg: &coordpb.WriterMessage_Register{Register: &coordpb.Register{
-		Vnodes: raw, Rescale: reg.Rescale, VnodeCount: uint32(reg.VnodeCount)}}})
+		Vnodes: raw, Rescale: reg.Rescale, VnodeCount: uint32(reg.VnodeCount), Job: reg.Job}}})
 	if err == nil {
 		_, err = s.box.WaitRegistered(ctx)
 	}

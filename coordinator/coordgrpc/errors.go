@@ -16,6 +16,7 @@ var errorCodes = []struct {
 }{
 	{"retired", coordinator.ErrRetired},
 	{"overlap", coordinator.ErrOverlap},
+	{"job_mismatch", coordinator.ErrJobMismatch},
 	{"timeout", coordinator.ErrTimeout},
 	{"protocol", coordinator.ErrProtocol},
 	{"failed", coordinator.ErrFailed},

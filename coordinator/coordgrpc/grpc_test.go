@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -171,5 +172,73 @@ func TestErrorCodesRoundTrip(t *testing.T) {
 	}
 	if decodeError(encodeError(nil)) != nil {
 		t.Error("nil error did not stay nil")
+	}
+}
+
+// TestGRPCJobMismatchRefused: a writer of another table (a wrong port) or
+// with other checkpoint settings than the writers before it is refused at
+// join, with the differing keys named on both sides; before, any writer
+// that connected had its files committed into the coordinator's table.
+func TestGRPCJobMismatchRefused(t *testing.T) {
+	c, addr := serve(t, coordinator.Config{Vnodes: 8, Job: map[string]string{"table-uuid": "u1", "sink-id": "s"}}, &jobtest.Table{})
+	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
+	defer cancel()
+	_, err := Dial(ctx, addr, roaring.BitmapOf(0, 1), coordinator.WithJob(map[string]string{"table-uuid": "u2", "sink-id": "s"}))
+	if !errors.Is(err, coordinator.ErrJobMismatch) || !strings.Contains(err.Error(), `table-uuid "u2", the coordinator's "u1"`) {
+		t.Fatalf("writer of another table: got %v, want ErrJobMismatch naming table-uuid", err)
+	}
+	a, err := Dial(ctx, addr, roaring.BitmapOf(0, 1), coordinator.WithJob(map[string]string{"table-uuid": "u1", "checkpoint-rows": "50"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	_, err = Dial(ctx, addr, roaring.BitmapOf(2, 3), coordinator.WithJob(map[string]string{"table-uuid": "u1", "checkpoint-rows": "100"}))
+	if !errors.Is(err, coordinator.ErrJobMismatch) || !strings.Contains(err.Error(), "checkpoint-rows") {
+		t.Fatalf("writer with other checkpoints: got %v, want ErrJobMismatch naming checkpoint-rows", err)
+	}
+	b, err := Dial(ctx, addr, roaring.BitmapOf(2, 3), coordinator.WithJob(map[string]string{"table-uuid": "u1", "checkpoint-rows": "50"}))
+	if err != nil {
+		t.Fatalf("matching writer refused: %v", err)
+	}
+	b.Close()
+	_ = c
+}
+
+// failingTable fails every commit.
+type failingTable struct{}
+
+func (failingTable) CommitEpoch(context.Context, uint64, [][]byte) error {
+	return errors.New("cannot promote double to string")
+}
+
+// TestServeReportsFailure: a coordinator whose commits keep failing stops,
+// and Serve returns the failure (the command exits non-zero with it)
+// instead of nil.
+func TestServeReportsFailure(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
+	defer cancel()
+	c, err := coordinator.Start(ctx, coordinator.Config{Vnodes: 2, CommitAttempts: 2, CommitBackoff: 1}, failingTable{}, &coordinator.MemStore{},
+		coordinator.WithLogger(slog.New(slog.DiscardHandler)), coordinator.WithTick(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, lis, c) }()
+	sess, err := Dial(ctx, lis.Addr().String(), roaring.BitmapOf(0, 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	if commit, err := sess.Checkpoint(ctx, 1, 0, true); err != nil || !commit {
+		t.Fatalf("checkpoint: %v, %v", commit, err)
+	}
+	_ = sess.Commit(ctx, 1, []byte("payload"))
+	if err := <-done; !errors.Is(err, coordinator.ErrFailed) || !strings.Contains(err.Error(), "cannot promote") {
+		t.Fatalf("Serve returned %v, want the coordinator's failure", err)
 	}
 }

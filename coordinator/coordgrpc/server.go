@@ -34,7 +34,8 @@ func Register(s *grpc.Server, c *coordinator.Coordinator) {
 }
 
 // Serve serves c on lis until ctx is cancelled or c stops, then stops the
-// server, breaking open streams. It returns nil after such a stop.
+// server, breaking open streams. It returns nil after such a stop, unless
+// c stopped because it failed (coordinator.ErrFailed): then that failure.
 func Serve(ctx context.Context, lis net.Listener, c *coordinator.Coordinator, opts ...grpc.ServerOption) error {
 	s := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize)}, opts...)...)
 	Register(s, c)
@@ -48,6 +49,9 @@ func Serve(ctx context.Context, lis net.Listener, c *coordinator.Coordinator, op
 	}
 	s.Stop()
 	<-errc
+	if err := c.Err(); errors.Is(err, coordinator.ErrFailed) {
+		return err
+	}
 	return nil
 }
 
@@ -72,6 +76,9 @@ func (s *server) Session(stream coordpb.Coordinator_SessionServer) error {
 	}
 	if n := reg.GetVnodeCount(); n != 0 {
 		opts = append(opts, coordinator.WithVnodeCount(int(n)))
+	}
+	if job := reg.GetJob(); len(job) > 0 {
+		opts = append(opts, coordinator.WithJob(job))
 	}
 	sess, err := s.c.Connect(ctx, vnodes, opts...)
 	if err != nil {

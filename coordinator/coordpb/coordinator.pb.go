@@ -130,7 +130,10 @@ type Register struct {
 	// Take over overlapping vnodes after the next epoch boundary.
 	Rescale bool `protobuf:"varint,2,opt,name=rescale,proto3" json:"rescale,omitempty"`
 	// The vnode count the writer routes with; 0 = unchecked.
-	VnodeCount    uint32 `protobuf:"varint,3,opt,name=vnode_count,json=vnodeCount,proto3" json:"vnode_count,omitempty"`
+	VnodeCount uint32 `protobuf:"varint,3,opt,name=vnode_count,json=vnodeCount,proto3" json:"vnode_count,omitempty"`
+	// The job the writer writes into (table UUID, schema id, sink id,
+	// checkpoint settings); a mismatch with the coordinator's is refused.
+	Job           map[string]string `protobuf:"bytes,4,rep,name=job,proto3" json:"job,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -184,6 +187,13 @@ func (x *Register) GetVnodeCount() uint32 {
 		return x.VnodeCount
 	}
 	return 0
+}
+
+func (x *Register) GetJob() map[string]string {
+	if x != nil {
+		return x.Job
+	}
+	return nil
 }
 
 type Report struct {
@@ -721,12 +731,16 @@ const file_coordinator_proto_rawDesc = "" +
 	"\bregister\x18\x01 \x01(\v2 .icesink.coordinator.v1.RegisterH\x00R\bregister\x128\n" +
 	"\x06report\x18\x02 \x01(\v2\x1e.icesink.coordinator.v1.ReportH\x00R\x06report\x12;\n" +
 	"\apayload\x18\x03 \x01(\v2\x1f.icesink.coordinator.v1.PayloadH\x00R\apayloadB\x05\n" +
-	"\x03msg\"]\n" +
+	"\x03msg\"\xd2\x01\n" +
 	"\bRegister\x12\x16\n" +
 	"\x06vnodes\x18\x01 \x01(\fR\x06vnodes\x12\x18\n" +
 	"\arescale\x18\x02 \x01(\bR\arescale\x12\x1f\n" +
 	"\vvnode_count\x18\x03 \x01(\rR\n" +
-	"vnodeCount\"[\n" +
+	"vnodeCount\x12;\n" +
+	"\x03job\x18\x04 \x03(\v2).icesink.coordinator.v1.Register.JobEntryR\x03job\x1a6\n" +
+	"\bJobEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"[\n" +
 	"\x06Report\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12%\n" +
 	"\x0ebuffered_bytes\x18\x02 \x01(\x03R\rbufferedBytes\x12\x14\n" +
@@ -776,7 +790,7 @@ func file_coordinator_proto_rawDescGZIP() []byte {
 	return file_coordinator_proto_rawDescData
 }
 
-var file_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_coordinator_proto_goTypes = []any{
 	(*WriterMessage)(nil),      // 0: icesink.coordinator.v1.WriterMessage
 	(*Register)(nil),           // 1: icesink.coordinator.v1.Register
@@ -788,27 +802,29 @@ var file_coordinator_proto_goTypes = []any{
 	(*Result)(nil),             // 7: icesink.coordinator.v1.Result
 	(*Abort)(nil),              // 8: icesink.coordinator.v1.Abort
 	(*Error)(nil),              // 9: icesink.coordinator.v1.Error
+	nil,                        // 10: icesink.coordinator.v1.Register.JobEntry
 }
 var file_coordinator_proto_depIdxs = []int32{
 	1,  // 0: icesink.coordinator.v1.WriterMessage.register:type_name -> icesink.coordinator.v1.Register
 	2,  // 1: icesink.coordinator.v1.WriterMessage.report:type_name -> icesink.coordinator.v1.Report
 	3,  // 2: icesink.coordinator.v1.WriterMessage.payload:type_name -> icesink.coordinator.v1.Payload
-	5,  // 3: icesink.coordinator.v1.CoordinatorMessage.registered:type_name -> icesink.coordinator.v1.Registered
-	6,  // 4: icesink.coordinator.v1.CoordinatorMessage.decision:type_name -> icesink.coordinator.v1.Decision
-	7,  // 5: icesink.coordinator.v1.CoordinatorMessage.result:type_name -> icesink.coordinator.v1.Result
-	8,  // 6: icesink.coordinator.v1.CoordinatorMessage.abort:type_name -> icesink.coordinator.v1.Abort
-	9,  // 7: icesink.coordinator.v1.CoordinatorMessage.error:type_name -> icesink.coordinator.v1.Error
-	9,  // 8: icesink.coordinator.v1.Decision.error:type_name -> icesink.coordinator.v1.Error
-	9,  // 9: icesink.coordinator.v1.Result.error:type_name -> icesink.coordinator.v1.Error
-	9,  // 10: icesink.coordinator.v1.Abort.error:type_name -> icesink.coordinator.v1.Error
-	9,  // 11: icesink.coordinator.v1.Error.cause:type_name -> icesink.coordinator.v1.Error
-	0,  // 12: icesink.coordinator.v1.Coordinator.Session:input_type -> icesink.coordinator.v1.WriterMessage
-	4,  // 13: icesink.coordinator.v1.Coordinator.Session:output_type -> icesink.coordinator.v1.CoordinatorMessage
-	13, // [13:14] is the sub-list for method output_type
-	12, // [12:13] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	10, // 3: icesink.coordinator.v1.Register.job:type_name -> icesink.coordinator.v1.Register.JobEntry
+	5,  // 4: icesink.coordinator.v1.CoordinatorMessage.registered:type_name -> icesink.coordinator.v1.Registered
+	6,  // 5: icesink.coordinator.v1.CoordinatorMessage.decision:type_name -> icesink.coordinator.v1.Decision
+	7,  // 6: icesink.coordinator.v1.CoordinatorMessage.result:type_name -> icesink.coordinator.v1.Result
+	8,  // 7: icesink.coordinator.v1.CoordinatorMessage.abort:type_name -> icesink.coordinator.v1.Abort
+	9,  // 8: icesink.coordinator.v1.CoordinatorMessage.error:type_name -> icesink.coordinator.v1.Error
+	9,  // 9: icesink.coordinator.v1.Decision.error:type_name -> icesink.coordinator.v1.Error
+	9,  // 10: icesink.coordinator.v1.Result.error:type_name -> icesink.coordinator.v1.Error
+	9,  // 11: icesink.coordinator.v1.Abort.error:type_name -> icesink.coordinator.v1.Error
+	9,  // 12: icesink.coordinator.v1.Error.cause:type_name -> icesink.coordinator.v1.Error
+	0,  // 13: icesink.coordinator.v1.Coordinator.Session:input_type -> icesink.coordinator.v1.WriterMessage
+	4,  // 14: icesink.coordinator.v1.Coordinator.Session:output_type -> icesink.coordinator.v1.CoordinatorMessage
+	14, // [14:15] is the sub-list for method output_type
+	13, // [13:14] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_coordinator_proto_init() }
@@ -834,7 +850,7 @@ func file_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordinator_proto_rawDesc), len(file_coordinator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
