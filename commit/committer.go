@@ -49,6 +49,8 @@ type Committer struct {
 	// newer table (another committer's, or this commit's own if the
 	// outcome was unknown) than tbl; the next Commit reloads first.
 	stale bool
+	// tidies counts Tidy calls: the manifest list is read every few.
+	tidies int
 }
 
 // Committed describes the newest epoch a sink committed.

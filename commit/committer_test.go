@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -76,13 +79,9 @@ func commitEpoch(t *testing.T, cm *commit.Committer, tbl *table.Table, sink stri
 // dataFiles lists the data files of the table's current snapshot.
 func dataFiles(t *testing.T, tbl *table.Table) map[string]bool {
 	t.Helper()
-	tasks, err := tbl.Scan().PlanFiles(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]bool{}
-	for _, task := range tasks {
-		out[task.File.FilePath()] = true
+	for f := range plan(t, tbl) {
+		out[f] = true
 	}
 	return out
 }
@@ -291,5 +290,125 @@ func TestLastSurvivesExpiry(t *testing.T) {
 	res, err := a.Commit(ctx, 3, []commit.Payload{payload(t, tbl, "a", 3)}, nil)
 	if err != nil || !res.AlreadyCommitted {
 		t.Fatalf("recommitting expired epoch 3: %+v, %v", res, err)
+	}
+}
+
+// deletePayload is a window that wrote a data file, an equality-delete
+// file and a position-delete file.
+func deletePayload(t *testing.T, tbl *table.Table, epoch uint64) commit.Payload {
+	t.Helper()
+	p := payload(t, tbl, "s", epoch)
+	for _, kind := range []commit.FileKind{commit.EqualityDeleteFile, commit.PositionDeleteFile} {
+		content := iceberg.EntryContentEqDeletes
+		if kind == commit.PositionDeleteFile {
+			content = iceberg.EntryContentPosDeletes
+		}
+		path := fmt.Sprintf("%s/data/s-%d-%s.parquet", tbl.Location(), epoch, kind)
+		b, err := iceberg.NewDataFileBuilder(*iceberg.UnpartitionedSpec, content, path, iceberg.ParquetFile, nil, nil, nil, 3, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kind == commit.EqualityDeleteFile {
+			b.EqualityFieldIDs([]int{1})
+		}
+		ent, err := commit.EncodeEntry(b.Build(), *iceberg.UnpartitionedSpec, testSchema(), 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Files = append(p.Files, commit.File{Kind: kind, Path: path, Rows: 3, Bytes: 100, Entry: ent})
+	}
+	return p
+}
+
+// plan maps every data file of the current snapshot to the delete files a
+// scan applies to it.
+func plan(t *testing.T, tbl *table.Table) map[string]string {
+	t.Helper()
+	tasks, err := tbl.Scan().PlanFiles(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, task := range tasks {
+		var dels []string
+		for _, d := range task.DeleteFiles {
+			dels = append(dels, d.FilePath())
+		}
+		for _, d := range task.EqualityDeleteFiles {
+			dels = append(dels, d.FilePath())
+		}
+		slices.Sort(dels)
+		out[task.File.FilePath()] = strings.Join(dels, ",")
+	}
+	return out
+}
+
+func countManifests(t *testing.T, tbl *table.Table) (data, deletes int) {
+	t.Helper()
+	fs, err := tbl.FS(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mans, err := tbl.CurrentSnapshot().Manifests(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mans {
+		if m.ManifestContent() == iceberg.ManifestContentData {
+			data++
+		} else {
+			deletes++
+		}
+	}
+	return data, deletes
+}
+
+// TestMergeDeleteManifests: the delete manifests a sink adds with almost
+// every commit are merged into one, and a scan applies exactly the same
+// delete files to exactly the same data files as before (equality deletes
+// only to older data: the sequence numbers survive the rewrite).
+func TestMergeDeleteManifests(t *testing.T) {
+	ctx := context.Background()
+	wh, tbl := newTable(t)
+	cm, err := commit.NewCommitter(ctx, wh.Catalog, testIdent, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for e := uint64(1); e <= 12; e++ {
+		if _, err := cm.Commit(ctx, e, []commit.Payload{deletePayload(t, tbl, e)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := plan(t, cm.Table())
+	if _, deletes := countManifests(t, cm.Table()); deletes != 12 {
+		t.Fatalf("%d delete manifests before the merge, want 12", deletes)
+	}
+	tidied, err := cm.Tidy(ctx, commit.Retention{MaxDeleteManifests: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tidied.MergedDeletes != 12 {
+		t.Fatalf("merged %d delete manifests, want 12", tidied.MergedDeletes)
+	}
+	data, deletes := countManifests(t, cm.Table())
+	if data != 12 || deletes != 1 {
+		t.Fatalf("after the merge: %d data and %d delete manifests, want 12 and 1", data, deletes)
+	}
+	after := plan(t, cm.Table())
+	if !reflect.DeepEqual(before, after) {
+		t.Fatalf("the merge changed which deletes apply:\nbefore %v\nafter  %v", before, after)
+	}
+	// The newest data file has only its own window's position delete; the
+	// oldest has every later window's equality delete.
+	first := tbl.Location() + "/data/s-1.parquet"
+	if n := strings.Count(after[first], "equality-delete"); n != 11 {
+		t.Fatalf("%d equality deletes apply to the first data file, want 11: %s", n, after[first])
+	}
+	// Commits go on on top of the merged manifests.
+	if _, err := cm.Commit(ctx, 13, []commit.Payload{deletePayload(t, tbl, 13)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, deletes := countManifests(t, cm.Table()); deletes != 2 {
+		t.Fatalf("%d delete manifests after one more commit, want 2", deletes)
 	}
 }

@@ -286,7 +286,9 @@ func (c *Coordinator) handleReady(ctx context.Context, m *Machine, sessions map[
 			cancel()
 			if err != nil {
 				err = fmt.Errorf("committing epoch %d (attempt %d): %w", req.Epoch, req.Attempt, err)
-				c.opts.logger.Warn("coordinator: commit failed", "epoch", req.Epoch, "attempt", req.Attempt, "err", err)
+				if ctx.Err() == nil { // not when stopping: the caller says why
+					c.opts.logger.Warn("coordinator: commit failed", "epoch", req.Epoch, "attempt", req.Attempt, "err", err)
+				}
 			}
 			commitDone <- CommitDone{Epoch: req.Epoch, Err: err} // one commit at a time: never blocks
 		}()

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -311,5 +313,53 @@ func TestInProcessRescale(t *testing.T) {
 	checkpointAll(3, a, r2.s, r3.s)
 	if err := table.Check(4, 2); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// syncBuffer is a log sink safe for the driver's goroutine and the test's.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// TestWarnsUncoveredVnodes: a writer whose vnodes do not cover the key
+// space waits for alignment; the coordinator says, at the default log
+// level, which vnodes no writer holds, and keeps saying it (before, the
+// wait was silent).
+func TestWarnsUncoveredVnodes(t *testing.T) {
+	ctx := testContext(t)
+	var log syncBuffer
+	c := startCoordinator(t, ctx, coordinator.Config{Vnodes: 8}, &jobtest.Table{}, &coordinator.MemStore{},
+		coordinator.WithTick(time.Millisecond), coordinator.WithLogger(slog.New(slog.NewTextHandler(&log, nil))))
+	sess, err := c.Connect(ctx, roaring.BitmapOf(0, 1, 2, 3, 6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	for strings.Count(log.String(), "no writer holds") < 2 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no repeated warning about the uncovered vnodes; log:\n%s", log.String())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if !strings.Contains(log.String(), "missing=4-5,7") {
+		t.Fatalf("the warning does not name vnodes 4-5,7:\n%s", log.String())
+	}
+	st, err := c.Status(ctx)
+	if err != nil || st.Missing.String() != roaring.BitmapOf(4, 5, 7).String() {
+		t.Fatalf("Status().Missing = %v, %v", st.Missing, err)
 	}
 }

@@ -1,6 +1,7 @@
 package deltawriter
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sync/atomic"
@@ -66,6 +67,19 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n.Add(int64(n))
 	return n, err
+}
+
+// Close makes the file durable and complete: the Parquet writer closes its
+// sink through this once the footer is written. A local file is synced
+// first (a crash must not leave a committed file short); on object
+// storage the close is what completes the upload. Its error is the
+// file's.
+func (c *countingWriter) Close() error {
+	var err error
+	if s, ok := c.w.(interface{ Sync() error }); ok {
+		err = s.Sync()
+	}
+	return errors.Join(err, c.w.Close())
 }
 
 // parquetFile is one Parquet file being written: rows go to an Arrow

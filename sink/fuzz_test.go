@@ -85,18 +85,7 @@ func fuzzSink(t *testing.T, input []byte, format changelog.Format) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kc, _ := deltawriter.NewKeyCodec(fuzzSchema)
-	got := map[string][]any{}
-	for row, err := range warehouse.Rows(ctx, tbl) {
-		if err != nil {
-			t.Fatal(err)
-		}
-		k, _ := kc.Append(nil, row)
-		if _, dup := got[string(k)]; dup {
-			t.Fatalf("key %q read twice", k)
-		}
-		got[string(k)] = append([]any(nil), row...)
-	}
+	got := liveRows(t, ctx, tbl)
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("table (committed up to line %d, err %v)\n%v\nwant\n%v", res.Committed.Line, err, got, want)
 	}
@@ -133,4 +122,23 @@ null
 	f.Add([]byte(`{"op":"c","after":{"id":1,"k":"a","d":"1"}}
 {"op":"t"}`))
 	f.Fuzz(func(t *testing.T, input []byte) { fuzzSink(t, input, changelog.DebeziumJSON) })
+}
+
+// liveRows reads tbl back through iceberg-go's scanner as a key -> row map,
+// failing on a key read twice.
+func liveRows(t *testing.T, ctx context.Context, tbl *table.Table) map[string][]any {
+	t.Helper()
+	kc, _ := deltawriter.NewKeyCodec(fuzzSchema)
+	got := map[string][]any{}
+	for row, err := range warehouse.Rows(ctx, tbl) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, _ := kc.Append(nil, row)
+		if _, dup := got[string(k)]; dup {
+			t.Fatalf("key %q read twice", k)
+		}
+		got[string(k)] = append([]any(nil), row...)
+	}
+	return got
 }

@@ -388,7 +388,7 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 			}
 		}()
 	}
-	runErr := route_(ctx, cfg, src, writers, route, &res)
+	runErr := route_(ctx, cfg, src, writers, route, &res, ec)
 	for _, w := range writers {
 		close(w.in)
 	}
@@ -429,7 +429,7 @@ const batchSize = 1024
 
 // route_ reads src, routes each change to the writer owning its vnode,
 // and sends every writer every checkpoint.
-func route_(ctx context.Context, cfg Config, src Source, writers []*writer, route []int, res *Result) error {
+func route_(ctx context.Context, cfg Config, src Source, writers []*writer, route []int, res *Result, ec *epochCommitter) error {
 	kc, err := deltawriter.NewKeyCodec(writers[0].dw.Schema())
 	if err != nil {
 		return err
@@ -456,6 +456,9 @@ func route_(ctx context.Context, cfg Config, src Source, writers []*writer, rout
 			}
 		}
 		if cfg.Progress != nil {
+			if ec != nil { // in process: the commits so far (a remote coordinator's show at the end)
+				_, res.Commits = ec.committed()
+			}
 			cfg.Progress(res.Progress)
 		}
 		return nil

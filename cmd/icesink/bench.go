@@ -79,7 +79,12 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	keyType := fs.String("key-type", st.KeyType.String(), "key shape: long, string (24 bytes) or composite (tenant string, id long)")
 	fs.Uint64Var(&st.Seed, "seed", st.Seed, "seed of the stream")
 	mode := fs.String("mode", "upsert", "writer mode: upsert, or changelog (the stream then sends -U before each +U)")
-	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: unbounded, bounded, append-baseline, parquet-floor, or all")
+	scenarios := fs.String("scenarios", "all", "comma-separated scenarios: unbounded, bounded, append-baseline, parquet-floor, or all; or history alone (a long run of small commits: memory and commit time at 100, 1000 and 10000 commits)")
+	var commits, commitRows int64
+	fs.Var(countValue{&commits}, "commits", "history: `N` commits (default 10000)")
+	fs.Var(countValue{&commitRows}, "commit-rows", "history: `N` changes per commit (default 50)")
+	var rf retentionFlags
+	rf.register(fs)
 	limits := fs.String("memory-limit", "64MiB", "writer budget(s) of the bounded scenario, comma-separated (e.g. 16MiB,64MiB)")
 	repeat := fs.Int("repeat", 3, "runs of each scenario (alternating)")
 	var commitEvery int64
@@ -98,6 +103,14 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 
+	if *scenarios == "history" {
+		stopProfile, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stopProfile()
+		return benchHistory(ctx, stdout, stderr, int(commits), int(commitRows), int(st.Keys), *limits, &rf, *workDir, *quiet)
+	}
 	if st.Keys <= 0 {
 		st.Keys = max(st.Rows/4, 1)
 	}
@@ -153,17 +166,11 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return fmt.Errorf("cpu profile: %w", err)
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := startCPUProfile(*cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 
 	var bar *progressbar.ProgressBar
 	if !*quiet && benchIsTerminal(stderr) {
@@ -210,6 +217,47 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 	}
 	return nil
+}
+
+// startCPUProfile profiles the process into path until stop; "" does
+// nothing.
+func startCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// benchHistory runs `icesink bench --scenarios history`.
+func benchHistory(ctx context.Context, stdout, stderr io.Writer, commits, rows, keys int, limit string, rf *retentionFlags, workDir string, quiet bool) error {
+	budget, err := bench.ParseSize(limit)
+	if err != nil || budget <= 0 {
+		return fmt.Errorf("%w: --memory-limit: %q: want one positive size such as 4MiB", errUsage, limit)
+	}
+	retention, err := rf.retention()
+	if err != nil {
+		return err
+	}
+	o := bench.HistoryOptions{Commits: commits, RowsPerCommit: rows, Keys: keys, MemoryLimit: budget, Retention: retention, WorkDir: workDir}
+	if !quiet && benchIsTerminal(stderr) {
+		bar := progressbar.NewOptions(1000, progressbar.OptionSetWriter(stderr), progressbar.OptionSetWidth(30),
+			progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+		defer bar.Clear()
+		o.Progress = func(done, total int) { _ = bar.Set(done * 1000 / max(total, 1)) }
+	}
+	res, err := bench.History(ctx, o)
+	if err != nil {
+		return err
+	}
+	return bench.WriteHistoryMarkdown(stdout, res)
 }
 
 // benchIsTerminal reports whether w is a terminal (the progress bar's

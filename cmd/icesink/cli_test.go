@@ -365,3 +365,44 @@ func TestCrashAndRerun(t *testing.T) {
 		prev = e
 	}
 }
+
+// TestSignalStopsCleanly: SIGINT and SIGTERM stop a run with exit 130 and
+// 143 and one line that says what became of the table (before: "context
+// canceled", exit 1); a rerun then finishes with the stream's final state.
+func TestSignalStopsCleanly(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 13))
+	in, lines := stream(t, rng, 40000, 3000)
+	schema := writeSchema(t)
+	wh := t.TempDir()
+	args := []string{"run", "--warehouse", wh, "--table", "db.t", "--schema", schema, "--input", in, "--checkpoint-rows", "2000", "--quiet"}
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		cmd := exec.Command(binary, args...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(700 * time.Millisecond)
+		cmd.Process.Signal(sig)
+		err := cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			t.Logf("the run ended before %v (%v); nothing to check", sig, err)
+			continue
+		}
+		if want := 128 + int(sig); ee.ExitCode() != want {
+			t.Fatalf("%v: exit %d, want %d; stderr:\n%s", sig, ee.ExitCode(), want, stderr.String())
+		}
+		msg := strings.TrimSpace(stderr.String())
+		if strings.Count(msg, "\n") != 0 || !strings.Contains(msg, "stopped by") || strings.Contains(msg, "context canceled") {
+			t.Fatalf("%v: stderr is not one clear line:\n%q", sig, stderr.String())
+		}
+	}
+	if _, stderr, code := icesink(t, args...); code != 0 {
+		t.Fatalf("rerun exited %d: %s", code, stderr)
+	}
+	got, _, _ := icesink(t, "scan", "--warehouse", wh, "--table", "db.t")
+	if want := expectedScan(t, lines, len(lines)); got != want {
+		t.Errorf("table after stops and a rerun differs from the stream's final state")
+	}
+}

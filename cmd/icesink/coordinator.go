@@ -32,6 +32,8 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	stateDir := fs.String("state-dir", "", "`DIR` for the coordinator's checkpoints (default: DIR/_icesink/SINK-ID)")
 	var sf specFlags
 	sf.register(fs)
+	var rf retentionFlags
+	rf.register(fs)
 	verbose := fs.Bool("v", false, "log the coordinator's decisions (writers joining and leaving, epochs committed, aborts) to stderr")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -41,6 +43,10 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	if err := warehouse.CheckName(*sinkID); err != nil {
 		return fmt.Errorf("%w: --sink-id: %v", errUsage, err)
+	}
+	retention, err := rf.retention()
+	if err != nil {
+		return err
 	}
 	cb, err := parseSize(*commitBytes)
 	if err != nil {
@@ -76,7 +82,7 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	c, stop, err := sink.StartCoordinator(ctx, sink.Config{
 		Loader: wh.Catalog, Ident: ident, SinkID: *sinkID, CommitInterval: *interval,
-		CommitBytes: cb, Vnodes: *vnodeCount, StateDir: *stateDir,
+		CommitBytes: cb, Vnodes: *vnodeCount, StateDir: *stateDir, Retention: retention,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {

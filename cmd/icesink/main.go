@@ -15,6 +15,9 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
+
+	"github.com/icesink/icesink/commit"
 )
 
 const usage = `icesink writes upsert (CDC) streams into Apache Iceberg tables.
@@ -30,10 +33,36 @@ Run "icesink COMMAND -h" for a command's flags.
 `
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sigs
+		signal.Stop(sigs) // a second Ctrl-C kills at once
+		cancel(stopSignal{s})
+	}()
+	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// stopSignal is the cause of the command's context when a signal stopped
+// it.
+type stopSignal struct{ sig os.Signal }
+
+func (s stopSignal) Error() string { return "stopped by " + s.name() }
+
+func (s stopSignal) name() string {
+	if s.sig == syscall.SIGTERM {
+		return "SIGTERM"
+	}
+	return "SIGINT"
+}
+
+// exitCode is the shell's convention for a process a signal stopped.
+func (s stopSignal) exitCode() int {
+	if n, ok := s.sig.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return 130
 }
 
 // errUsage marks a command-line mistake (exit code 2).
@@ -72,6 +101,12 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		fmt.Fprintf(stderr, "icesink %s: %v\n", args[0], err)
 		return 2
 	default:
+		if sig, ok := context.Cause(ctx).(stopSignal); ok {
+			// Whatever was cut short (an open window, a commit under way)
+			// is aborted or recorded: a rerun continues from the table.
+			fmt.Fprintf(stderr, "icesink %s: %s; the table keeps what was committed, and running the same command again continues from there\n", args[0], sig.Error())
+			return sig.exitCode()
+		}
 		fmt.Fprintf(stderr, "icesink %s: %v\n", args[0], err)
 		return 1
 	}
@@ -98,6 +133,27 @@ func (t *tableFlags) check() error {
 		return fmt.Errorf("%w: --table is required", errUsage)
 	}
 	return nil
+}
+
+// retentionFlags bound the table history the committer leaves (see
+// commit.Retention): `run` and `coordinator` take them.
+type retentionFlags struct {
+	retain, maxManifests int
+	olderThan            time.Duration
+}
+
+func (r *retentionFlags) register(fs *flag.FlagSet) {
+	d := commit.DefaultRetention()
+	fs.IntVar(&r.retain, "retain-snapshots", d.RetainSnapshots, "keep the newest `N` snapshots; older ones expire after commits (0: keep all history)")
+	fs.DurationVar(&r.olderThan, "expire-older-than", d.OlderThan, "only snapshots older than this `DURATION` expire (protects readers planning on recent ones)")
+	fs.IntVar(&r.maxManifests, "max-manifests", d.MaxDataManifests, "merge the data manifests, and the delete manifests, when the table's snapshot has more than `N` of them (0: never)")
+}
+
+func (r *retentionFlags) retention() (*commit.Retention, error) {
+	if r.retain < 0 || r.maxManifests < 0 || r.olderThan < 0 {
+		return nil, fmt.Errorf("%w: --retain-snapshots, --max-manifests and --expire-older-than must not be negative", errUsage)
+	}
+	return &commit.Retention{RetainSnapshots: r.retain, OlderThan: r.olderThan, MaxDataManifests: r.maxManifests, MaxDeleteManifests: r.maxManifests}, nil
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) error {

@@ -49,6 +49,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	stateDir := fs.String("state-dir", "", "`DIR` for the in-process coordinator's checkpoints (default: DIR/_icesink/SINK-ID)")
 	rewrite := fs.Float64("rewrite-deleted", 0, "rewrite at commit each data file of the window of which this `SHARE` of rows was deleted in it, so readers scan live rows only (0: never)")
 	spillDir := fs.String("spill-dir", "", "`DIR` for the index's spill runs (default: the OS temp dir; a private subfolder per writer)")
+	var rf retentionFlags
+	rf.register(fs)
 	quiet := fs.Bool("quiet", false, "no progress line")
 	stats := fs.Bool("stats", false, "print the writer's statistics at the end")
 	if err := parseFlags(fs, args); err != nil {
@@ -81,6 +83,10 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	if *writers < 1 {
 		return fmt.Errorf("%w: --writers must be at least 1", errUsage)
+	}
+	retention, err := rf.retention()
+	if err != nil {
+		return err
 	}
 	ident, err := warehouse.ParseIdent(tf.table)
 	if err != nil {
@@ -129,6 +135,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		Writers:        *writers,
 		Vnodes:         *vnodeCount,
 		StateDir:       *stateDir,
+		Retention:      retention,
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = filepath.Join(tf.warehouse, "_icesink", *sinkID)

@@ -1,0 +1,201 @@
+package commit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	icebergio "github.com/apache/iceberg-go/io"
+	"github.com/apache/iceberg-go/table"
+)
+
+// tableCommitter commits metadata updates to a catalog; every iceberg-go
+// catalog is one (table.CatalogIO).
+type tableCommitter interface {
+	CommitTable(ctx context.Context, ident table.Identifier, reqs []table.Requirement, updates []table.Update) (table.Metadata, string, error)
+}
+
+// mergeDeleteManifests rewrites the delete manifests of the current
+// snapshot into one per partition spec and commits them, with the data
+// manifests unchanged, as a REPLACE snapshot. iceberg-go v0.7.0's
+// RewriteManifests leaves delete manifests alone, and a sink adds one with
+// almost every commit: without this, every commit rewrites, and every scan
+// and expiry reads, a manifest list that grows with the number of commits.
+//
+// Each entry is written as EXISTING with its own data and file sequence
+// numbers, so every delete keeps applying to exactly the data files it
+// applied to. It returns the number of manifests merged (0: nothing to do,
+// or a table this does not handle: format v1 or v3, or a catalog that
+// cannot take the commit).
+func (c *Committer) mergeDeleteManifests(ctx context.Context, fs icebergio.IO, mans []iceberg.ManifestFile) (int, error) {
+	meta := c.tbl.Metadata()
+	cur := c.tbl.CurrentSnapshot()
+	cat, ok := c.loader.(tableCommitter)
+	wfs, wok := fs.(icebergio.WriteFileIO)
+	if !ok || !wok || cur == nil || meta.Version() != 2 {
+		return 0, nil
+	}
+	locs, err := table.LoadLocationProvider(meta.Location(), meta.Properties())
+	if err != nil {
+		return 0, err
+	}
+	bySpec := map[int32][]iceberg.ManifestFile{}
+	var keep []iceberg.ManifestFile
+	for _, m := range mans {
+		if m.ManifestContent() == iceberg.ManifestContentDeletes {
+			bySpec[m.PartitionSpecID()] = append(bySpec[m.PartitionSpecID()], m)
+		} else {
+			keep = append(keep, m)
+		}
+	}
+	snapID := rand.Int64N(1<<62) + 1
+	for meta.SnapshotByID(snapID) != nil {
+		snapID = rand.Int64N(1<<62) + 1
+	}
+	var written []string // files to remove if the commit surely failed
+	cleanup := func() {
+		for _, p := range written {
+			_ = wfs.Remove(p)
+		}
+	}
+	merged := 0
+	for _, specID := range slices.Sorted(maps.Keys(bySpec)) {
+		group := bySpec[specID]
+		if len(group) < 2 {
+			keep = append(keep, group...)
+			continue
+		}
+		spec := meta.PartitionSpecByID(int(specID))
+		if spec == nil {
+			cleanup()
+			return 0, fmt.Errorf("delete manifest %s names partition spec %d, which the table does not have", group[0].FilePath(), specID)
+		}
+		path := locs.NewMetadataLocation(fmt.Sprintf("%d-m-deletes-%d.avro", snapID, specID))
+		mf, err := writeMergedManifest(wfs, path, *spec, c.tbl.Schema(), snapID, group)
+		written = append(written, path)
+		if errors.Is(err, iceberg.ErrEmptyManifest) {
+			merged += len(group) // no live delete left in them
+			continue
+		}
+		if err != nil {
+			cleanup()
+			return 0, fmt.Errorf("merging %d delete manifests into %s: %w", len(group), path, err)
+		}
+		keep = append(keep, mf)
+		merged += len(group)
+	}
+	if merged == 0 {
+		return 0, nil
+	}
+
+	seq := meta.LastSequenceNumber() + 1
+	listPath := locs.NewMetadataLocation(fmt.Sprintf("snap-%d-0-deletes-merged.avro", snapID))
+	out, err := wfs.Create(listPath)
+	if err != nil {
+		cleanup()
+		return 0, fmt.Errorf("creating manifest list %s: %w", listPath, err)
+	}
+	written = append(written, listPath)
+	parent := cur.SnapshotID
+	err = iceberg.WriteManifestList(2, out, snapID, &parent, &seq, 0, keep)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		cleanup()
+		return 0, fmt.Errorf("writing manifest list %s: %w", listPath, err)
+	}
+
+	props := iceberg.Properties{
+		"manifests-replaced": strconv.Itoa(merged),
+		"manifests-created":  strconv.Itoa(len(bySpec)),
+		"icesink.tidy":       "merge-delete-manifests",
+	}
+	if cur.Summary != nil {
+		for k, v := range cur.Summary.Properties {
+			if strings.HasPrefix(k, "total-") {
+				props[k] = v // a rewrite of metadata changes no total
+			}
+		}
+	}
+	snap := table.Snapshot{
+		SnapshotID:       snapID,
+		ParentSnapshotID: &parent,
+		SequenceNumber:   seq,
+		TimestampMs:      max(time.Now().UnixMilli(), meta.LastUpdatedMillis()),
+		ManifestList:     listPath,
+		Summary:          &table.Summary{Operation: table.OpReplace, Properties: props},
+		SchemaID:         cur.SchemaID,
+	}
+	updates := []table.Update{
+		table.NewAddSnapshotUpdate(&snap),
+		table.NewSetSnapshotRefUpdate(table.MainBranch, snapID, table.BranchRef, -1, -1, -1),
+	}
+	reqs := []table.Requirement{table.AssertTableUUID(meta.TableUUID()), table.AssertRefSnapshotID(table.MainBranch, &parent)}
+	if _, _, err := cat.CommitTable(ctx, c.ident, reqs, updates); err != nil {
+		c.stale = true
+		if Retryable(err) {
+			cleanup() // refused before anything was written to the catalog
+		}
+		return 0, fmt.Errorf("committing merged delete manifests: %w", err)
+	}
+	if err := c.Refresh(ctx); err != nil {
+		c.stale = true
+	}
+	return merged, nil
+}
+
+// writeMergedManifest writes the live entries of group, all of one
+// partition spec, into one delete manifest at path.
+func writeMergedManifest(wfs icebergio.WriteFileIO, path string, spec iceberg.PartitionSpec, schema *iceberg.Schema, snapID int64, group []iceberg.ManifestFile) (iceberg.ManifestFile, error) {
+	f, err := wfs.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	cw := &countingWriter{w: f}
+	w, err := iceberg.NewManifestWriter(2, cw, spec, schema, snapID, iceberg.WithManifestWriterContent(iceberg.ManifestContentDeletes))
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	for _, m := range group {
+		for e, err := range m.Entries(wfs, true) {
+			if err == nil {
+				err = w.Existing(e)
+			}
+			if err != nil {
+				w.Close()
+				f.Close()
+				return nil, fmt.Errorf("manifest %s: %w", m.FilePath(), err)
+			}
+		}
+	}
+	if err := w.Close(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := f.Close(); err != nil {
+		return nil, err
+	}
+	return w.ToManifestFile(path, cw.n)
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
