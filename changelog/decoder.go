@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 
 	"github.com/apache/iceberg-go"
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/icesink/icesink/deltawriter"
 )
@@ -54,6 +56,25 @@ type Decoder struct {
 	seen     []uint32 // per column: stamp of the last row object that set it
 	stamp    uint32
 	err      error // sticky read error
+	head     *headReader
+	consumed int64 // bytes of the lines consumed
+}
+
+// identityBytes is how much of the input's head Identity covers.
+const identityBytes = 4096
+
+// headReader keeps the first identityBytes bytes read through it.
+type headReader struct {
+	r    io.Reader
+	head []byte
+}
+
+func (h *headReader) Read(p []byte) (int, error) {
+	n, err := h.r.Read(p)
+	if room := identityBytes - len(h.head); room > 0 {
+		h.head = append(h.head, p[:min(n, room)]...)
+	}
+	return n, err
 }
 
 // NewDecoder returns a decoder of format over r for rows of schema. The
@@ -68,8 +89,10 @@ func NewDecoder(r io.Reader, format Format, schema *iceberg.Schema) (*Decoder, e
 	if err != nil {
 		return nil, err
 	}
+	head := &headReader{r: r}
 	return &Decoder{
-		br:      bufio.NewReaderSize(r, readBufferSize),
+		head:    head,
+		br:      bufio.NewReaderSize(head, readBufferSize),
 		format:  format,
 		plan:    p,
 		maxLine: MaxLineSize,
@@ -80,6 +103,23 @@ func NewDecoder(r io.Reader, format Format, schema *iceberg.Schema) (*Decoder, e
 // Line returns the number of input lines consumed so far (decoded, skipped
 // or rejected).
 func (d *Decoder) Line() int64 { return d.line }
+
+// Identity fingerprints the input consumed so far: the xxhash64 of its
+// first min(4 KiB, bytes consumed) bytes, as "N:HEX". A sink records it with
+// each commit; on resume, IdentityOf over the same N bytes of the new input
+// tells whether it is the input the commits came from.
+func (d *Decoder) Identity() string {
+	return d.IdentityOf(int(min(d.consumed, identityBytes)))
+}
+
+// IdentityOf is Identity over the first n bytes of the input; "" when
+// fewer than n bytes were consumed or n is past 4 KiB.
+func (d *Decoder) IdentityOf(n int) string {
+	if n < 0 || n > len(d.head.head) || int64(n) > d.consumed {
+		return ""
+	}
+	return strconv.Itoa(n) + ":" + strconv.FormatUint(xxhash.Sum64(d.head.head[:n]), 16)
+}
 
 // Next decodes the next record. Empty and whitespace-only lines, and
 // Debezium tombstones, are passed over. At the end of the input it returns
@@ -156,10 +196,12 @@ func (d *Decoder) Skip(n int64) error {
 		}
 		if n == 0 {
 			_, _ = d.br.Discard(i)
+			d.consumed += int64(i)
 			return nil
 		}
 		partial = buf[len(buf)-1] != '\n'
 		_, _ = d.br.Discard(len(buf))
+		d.consumed += int64(len(buf))
 	}
 	return nil
 }
@@ -171,6 +213,7 @@ func (d *Decoder) readLine() ([]byte, error) {
 		return nil, d.err
 	}
 	b, err := d.br.ReadSlice('\n')
+	d.consumed += int64(len(b))
 	switch err {
 	case nil:
 		d.line++
@@ -201,6 +244,7 @@ func (d *Decoder) readLongLine(b []byte) ([]byte, error) {
 	over := len(d.long) > d.maxLine
 	for {
 		b, err := d.br.ReadSlice('\n')
+		d.consumed += int64(len(b))
 		if !over {
 			d.long = append(d.long, b...)
 			over = len(d.long) > d.maxLine+1 // +1: the '\n'

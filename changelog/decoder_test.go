@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -643,4 +644,61 @@ func TestChangesSliceReuse(t *testing.T) {
 	if c1.Row[0] != int64(1) {
 		t.Fatal("a kept Change was overwritten")
 	}
+}
+
+// The input's identity covers the bytes of the lines consumed (at most 4
+// KiB) and is the same whether they were decoded or skipped; another
+// input differs.
+func TestIdentity(t *testing.T) {
+	var in strings.Builder
+	for i := range 200 {
+		fmt.Fprintf(&in, `{"op":"+I","data":{"id":%d,"name":"n%d","qty":1}}`+"\n", i, i)
+	}
+	open := func(s string) *Decoder {
+		d, err := NewDecoder(strings.NewReader(s), ChangelogJSON, smallSchema())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	a := open(in.String())
+	for range 3 {
+		if _, err := a.Next(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := a.Identity()
+	n, _, _ := strings.Cut(id, ":")
+	if want := strconv.Itoa(strings.Index(in.String(), `{"op":"+I","data":{"id":3`)); n != want {
+		t.Fatalf("identity %s covers %s bytes, want the 3 lines' %s", id, n, want)
+	}
+	b := open(in.String())
+	if err := b.Skip(150); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.IdentityOf(mustAtoi(t, n)); got != id {
+		t.Fatalf("after Skip: %s, after Next: %s", got, id)
+	}
+	if got := b.Identity(); !strings.HasPrefix(got, "4096:") {
+		t.Fatalf("identity after 150 lines %s, want it capped at 4096 bytes", got)
+	}
+	c := open(strings.Replace(in.String(), `"n1"`, `"x1"`, 1))
+	if err := c.Skip(150); err != nil {
+		t.Fatal(err)
+	}
+	if c.IdentityOf(mustAtoi(t, n)) == id {
+		t.Fatal("another input has the same identity")
+	}
+	if open("").IdentityOf(10) != "" {
+		t.Fatal("identity of bytes never read")
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -20,6 +20,9 @@ const (
 	PropSinkID        = "icesink.sink-id"
 	PropEpoch         = "icesink.epoch"
 	PropInputPosition = "icesink.input-position"
+	// PropInputID identifies the input the committed lines came from (a
+	// fingerprint of its head, or the identity the user gave).
+	PropInputID = "icesink.input-id"
 	// PropSinkPrefix prefixes the table properties a sink keeps its last
 	// commit in: icesink.sink.SINK-ID.epoch and .input-position.
 	PropSinkPrefix = "icesink.sink."

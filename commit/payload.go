@@ -57,8 +57,11 @@ type Payload struct {
 	FormatVersion int    `json:"format_version"`
 	// InputPosition is the input line the window covers up to (set by the
 	// pipeline that feeds the writer; recorded in the snapshot summary).
-	InputPosition int64  `json:"input_position"`
-	Files         []File `json:"files"`
+	InputPosition int64 `json:"input_position"`
+	// InputID identifies the input those lines came from (see
+	// PropInputID); empty when unknown.
+	InputID string `json:"input_id,omitempty"`
+	Files   []File `json:"files"`
 }
 
 // Empty reports whether the window wrote nothing.

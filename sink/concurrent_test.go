@@ -5,6 +5,7 @@ import (
 	"context"
 	"maps"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 
@@ -168,5 +169,55 @@ func TestRetentionAgainstModel(t *testing.T) {
 	pos, err := sink.Resume(ctx, sink.Config{Loader: wh.Catalog, Ident: table.Identifier{"db", "t"}, SinkID: "ret"})
 	if err != nil || pos.Line != res.Line {
 		t.Fatalf("resume position %+v, %v; want line %d", pos, err, res.Line)
+	}
+}
+
+// TestResumeChecksInput: a rerun with another input into a table holding
+// the sink's commits is refused, naming the way out (before, it silently
+// skipped the new input's first lines); the same input, grown, continues;
+// a user-given input id is checked instead of the fingerprint.
+func TestResumeChecksInput(t *testing.T) {
+	ctx := context.Background()
+	wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wh.Close()
+	ident := table.Identifier{"db", "t"}
+	if _, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: fuzzSchema}); err != nil {
+		t.Fatal(err)
+	}
+	full := genInput(t, 3, 4000, 500)
+	prefix := full[:bytes.Index(full[len(full)/2:], []byte("\n"))+len(full)/2+1]
+	other := genInput(t, 4, 4000, 500)
+	run := func(input []byte, id string) error {
+		dec, err := changelog.NewDecoder(bytes.NewReader(input), changelog.ChangelogJSON, fuzzSchema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = sink.Run(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "in", CheckpointRows: 500, InputID: id,
+			Writer: deltawriter.Options{SpillDir: t.TempDir()}}, dec)
+		return err
+	}
+	if err := run(prefix, ""); err != nil {
+		t.Fatal(err)
+	}
+	err = run(other, "")
+	if err == nil || !strings.Contains(err.Error(), "not the one sink") || !strings.Contains(err.Error(), "another --sink-id") {
+		t.Fatalf("another input: got %v, want a refusal that names the way out", err)
+	}
+	if err := run(full, ""); err != nil {
+		t.Fatalf("the same input, grown: %v", err)
+	}
+	tbl, err := wh.Catalog.LoadTable(ctx, ident)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := liveRows(t, ctx, tbl), modelUpTo(t, full, changelog.ChangelogJSON, 1<<62); !reflect.DeepEqual(got, want) {
+		t.Fatalf("table has %d rows, the model of the whole input %d (or they differ)", len(got), len(want))
+	}
+	// A named input: a rerun under another name is refused.
+	if err := run(other, "orders-2026-12"); err == nil {
+		t.Fatal("a named input after a fingerprinted one was not checked")
 	}
 }

@@ -10,12 +10,14 @@
 package sink
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -78,6 +80,11 @@ type Config struct {
 	// keeps flat memory and commit cost. nil: commit.DefaultRetention();
 	// a zero Retention keeps all history.
 	Retention *commit.Retention
+	// InputID, when set, is the identity of the input recorded with every
+	// commit and checked on resume (a rerun must give the same). Empty: a
+	// fingerprint of the input's first bytes when the Source can give one
+	// (changelog.Decoder.Identity).
+	InputID string
 	// Logger receives the coordinator's log: its decisions (joins, epochs
 	// committed, writers that left, aborts) at Debug level, failures at
 	// Warn and Error. Default slog.Default().
@@ -119,8 +126,58 @@ type Progress struct {
 
 // Position is where a sink's committed state ends.
 type Position struct {
-	Epoch uint64 // the last committed epoch (0: none)
-	Line  int64  // input lines the committed state covers
+	Epoch   uint64 // the last committed epoch (0: none)
+	Line    int64  // input lines the committed state covers
+	InputID string // the input those lines came from ("" when not recorded)
+}
+
+// identified is a Source that fingerprints the input it read
+// (changelog.Decoder).
+type identified interface {
+	Identity() string
+	IdentityOf(n int) string
+}
+
+// inputID is what a checkpoint of src records as its input's identity.
+func inputID(cfg Config, src Source) string {
+	if cfg.InputID != "" {
+		return "user:" + cfg.InputID
+	}
+	if id, ok := src.(identified); ok {
+		return id.Identity()
+	}
+	return ""
+}
+
+// checkInput refuses to resume from start with an input other than the
+// one start's commits came from.
+func checkInput(cfg Config, src Source, start Position) error {
+	if start.InputID == "" {
+		return nil // recorded before identities were
+	}
+	var have string
+	if rest, ok := strings.CutPrefix(start.InputID, "user:"); ok {
+		if cfg.InputID == "" || cfg.InputID == rest {
+			return nil // named before and not now: the rerun is trusted
+		}
+		have = "user:" + cfg.InputID
+	} else {
+		id, ok := src.(identified)
+		if !ok {
+			return nil
+		}
+		n, _, _ := strings.Cut(start.InputID, ":")
+		size, err := strconv.Atoi(n)
+		if err != nil {
+			return nil
+		}
+		if have = id.IdentityOf(size); have == start.InputID {
+			return nil
+		}
+	}
+	return fmt.Errorf("the input is not the one sink %q committed its first %d lines from (recorded input %s, this input %s): "+
+		"to write this input as a new stream, give another --sink-id; to continue, give the same input",
+		cfg.SinkID, start.Line, start.InputID, cmp.Or(have, "shorter than the recorded part"))
 }
 
 // Result is what a Run did.
@@ -157,7 +214,7 @@ func positionOf(cm *commit.Committer) (Position, error) {
 	if err != nil {
 		return Position{}, fmt.Errorf("snapshot %d of table %v has no valid %s: %w", last.SnapshotID, cm.Table().Identifier(), commit.PropInputPosition, err)
 	}
-	return Position{Epoch: last.Epoch, Line: line}, nil
+	return Position{Epoch: last.Epoch, Line: line, InputID: last.Properties[commit.PropInputID]}, nil
 }
 
 // epochCommitter commits an epoch's payloads for the coordinator, one
@@ -195,6 +252,9 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 		ps = append(ps, p)
 	}
 	props := map[string]string{commit.PropInputPosition: strconv.FormatInt(line, 10)}
+	if len(ps) > 0 && ps[0].InputID != "" {
+		props[commit.PropInputID] = ps[0].InputID
+	}
 	res, err := e.cm.Commit(ctx, epoch, ps, props)
 	if err != nil {
 		return err
@@ -374,6 +434,9 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 		if err := src.Skip(start.Line); err != nil {
 			return res, fmt.Errorf("resuming after input line %d (epoch %d is committed): %w", start.Line, start.Epoch, err)
 		}
+		if err := checkInput(cfg, src, start); err != nil {
+			return res, err
+		}
 	}
 
 	var wg sync.WaitGroup
@@ -422,6 +485,7 @@ type batch struct {
 	barrier bool
 	epoch   uint64
 	line    int64 // the input line the checkpoint ends at
+	inputID string
 	final   bool
 }
 
@@ -447,10 +511,12 @@ func route_(ctx context.Context, cfg Config, src Source, writers []*writer, rout
 	var rows int64
 	var key []byte
 	checkpoint := func(line int64, final bool) error {
+		id := inputID(cfg, src)
 		res.Epoch++
 		rows = 0
 		for i := range writers {
 			pending[i].barrier, pending[i].epoch, pending[i].line, pending[i].final = true, res.Epoch, line, final
+			pending[i].inputID = id
 			if err := send(i); err != nil {
 				return err
 			}
@@ -543,7 +609,7 @@ func (w *writer) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			p.InputPosition = b.line
+			p.InputPosition, p.InputID = b.line, b.inputID
 			data, err := p.Marshal()
 			if err != nil {
 				return err

@@ -406,3 +406,10 @@ func TestSignalStopsCleanly(t *testing.T) {
 		t.Errorf("table after stops and a rerun differs from the stream's final state")
 	}
 }
+
+func TestVersion(t *testing.T) {
+	out, stderr, code := icesink(t, "version")
+	if code != 0 || !strings.HasPrefix(out, "icesink ") || !strings.Contains(out, "github.com/apache/iceberg-go v0.7.0") {
+		t.Fatalf("version exited %d: %q %s", code, out, stderr)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
@@ -28,6 +29,7 @@ Commands:
   snapshots  list a table's snapshots with their summaries
   coordinator  serve the vnode-aligned commit coordinator to writers in other processes
   bench      benchmark memory and throughput of upsert scenarios
+  version    print the version of icesink and of iceberg-go it writes with
 
 Run "icesink COMMAND -h" for a command's flags.
 `
@@ -42,6 +44,30 @@ func main() {
 		cancel(stopSignal{s})
 	}()
 	os.Exit(run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// cmdVersion prints the module version (or the VCS revision of a local
+// build) and the versions of the libraries that decide the table format.
+func cmdVersion(stdout io.Writer) error {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		_, err := fmt.Fprintln(stdout, "icesink (no build information)")
+		return err
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && (v == "" || v == "(devel)") {
+			v = "devel " + s.Value
+		}
+	}
+	fmt.Fprintf(stdout, "icesink %s (%s)\n", v, bi.GoVersion)
+	for _, d := range bi.Deps {
+		switch d.Path {
+		case "github.com/apache/iceberg-go", "github.com/apache/arrow-go/v18":
+			fmt.Fprintf(stdout, "  %s %s\n", d.Path, d.Version)
+		}
+	}
+	return nil
 }
 
 // stopSignal is the cause of the command's context when a signal stopped
@@ -88,6 +114,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdCoordinator(ctx, args[1:], stdout, stderr)
 	case "bench":
 		err = cmdBench(ctx, args[1:], stdout, stderr)
+	case "version", "--version":
+		err = cmdVersion(stdout)
 	default:
 		fmt.Fprintf(stderr, "icesink: unknown command %q\n\n%s", args[0], usage)
 		return 2

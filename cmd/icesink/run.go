@@ -51,6 +51,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	spillDir := fs.String("spill-dir", "", "`DIR` for the index's spill runs (default: the OS temp dir; a private subfolder per writer)")
 	var rf retentionFlags
 	rf.register(fs)
+	inputID := fs.String("input-id", "", "a `NAME` for the input, recorded with every commit and checked on resume (default: a fingerprint of its first 4 KiB)")
 	quiet := fs.Bool("quiet", false, "no progress line")
 	stats := fs.Bool("stats", false, "print the writer's statistics at the end")
 	if err := parseFlags(fs, args); err != nil {
@@ -136,6 +137,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		Vnodes:         *vnodeCount,
 		StateDir:       *stateDir,
 		Retention:      retention,
+		InputID:        *inputID,
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = filepath.Join(tf.warehouse, "_icesink", *sinkID)
