@@ -217,6 +217,21 @@ type lane struct {
 	eqPending int64
 }
 
+// CheckTable reports why a table of schema, partitioned by spec (nil:
+// unpartitioned), could not take upserts, as New would; a command checks it
+// before it creates the table.
+func CheckTable(schema *iceberg.Schema, spec *iceberg.PartitionSpec) error {
+	if _, err := NewKeyCodec(schema); err != nil {
+		return err
+	}
+	if spec != nil {
+		if _, err := newPartitioner(schema, *spec); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // New returns a writer for tbl. It fails when the table cannot take
 // upserts: no identifier fields, a key type Iceberg does not allow, a
 // partition source column that is not a key column, a format version below 2.

@@ -413,3 +413,40 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("version exited %d: %q %s", code, out, stderr)
 	}
 }
+
+// TestFailedValidationCreatesNoTable: a run that cannot start leaves no
+// table behind (before, the table was created first and the run failed
+// after).
+func TestFailedValidationCreatesNoTable(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := writeSchema(t)
+	noKey := file("nokey.json", `{"type":"struct","schema-id":0,"fields":[{"id":1,"name":"id","required":true,"type":"long"}]}`)
+	nested := file("nested.json", `{"type":"struct","schema-id":0,"identifier-field-ids":[1],"fields":[{"id":1,"name":"id","required":true,"type":"long"},`+
+		`{"id":2,"name":"s","required":false,"type":{"type":"struct","fields":[{"id":3,"name":"x","required":false,"type":"int"}]}}]}`)
+	nonKeyPart := file("part.json", `{"spec-id":0,"fields":[{"source-id":3,"field-id":1000,"name":"v_bucket","transform":"bucket[4]"}]}`)
+	in := file("in.jsonl", `{"op":"+I","data":{"id":1,"name":"a","v":1}}`+"\n")
+	for name, extra := range map[string][]string{
+		"no identifier fields":     {"--schema", noKey, "--input", in},
+		"nested column":            {"--schema", nested, "--input", in},
+		"non-key partition source": {"--schema", good, "--partition-spec", nonKeyPart, "--input", in},
+		"missing input":            {"--schema", good, "--input", filepath.Join(dir, "absent.jsonl")},
+		"bad memory limit":         {"--schema", good, "--input", in, "--memory-limit", "abc"},
+	} {
+		wh := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
+		_, stderr, code := icesink(t, append([]string{"run", "--warehouse", wh, "--table", "db.t"}, extra...)...)
+		if code == 0 {
+			t.Errorf("%s: the run succeeded", name)
+			continue
+		}
+		if _, _, code := icesink(t, "scan", "--warehouse", wh, "--table", "db.t"); code == 0 {
+			t.Errorf("%s: the run failed (%s) but left a table", name, strings.TrimSpace(stderr))
+		}
+	}
+}

@@ -98,6 +98,16 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return err
 	}
 
+	var in io.Reader = stdin
+	if *input != "-" {
+		f, err := os.Open(*input)
+		if err != nil {
+			return fmt.Errorf("opening the input: %w", err)
+		}
+		defer f.Close()
+		in = f
+	}
+
 	wh, err := warehouse.Open(ctx, tf.warehouse, warehouse.Options{CatalogURI: tf.catalogURI})
 	if err != nil {
 		return err
@@ -108,18 +118,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return err
 	}
 	// The writer checks the table before any input is read.
-	if _, err := deltawriter.NewKeyCodec(tbl.Schema()); err != nil {
+	ps := tbl.Spec()
+	if err := deltawriter.CheckTable(tbl.Schema(), &ps); err != nil {
 		return fmt.Errorf("table %s: %w", tf.table, err)
-	}
-
-	var in io.Reader = stdin
-	if *input != "-" {
-		f, err := os.Open(*input)
-		if err != nil {
-			return fmt.Errorf("opening the input: %w", err)
-		}
-		defer f.Close()
-		in = f
 	}
 	dec, err := changelog.NewDecoder(in, fmtv, tbl.Schema())
 	if err != nil {
@@ -225,6 +226,16 @@ func (f *specFlags) spec() (warehouse.TableSpec, error) {
 			return spec, fmt.Errorf("partition spec %s: %w", f.partition, err)
 		}
 		spec.Partition = &ps
+	}
+	if spec.Schema != nil {
+		// Refuse what the writers could not write before anything is
+		// created: no table is left behind by a run that cannot start.
+		if err := deltawriter.CheckTable(spec.Schema, spec.Partition); err != nil {
+			return spec, fmt.Errorf("%w: %s: %v", errUsage, f.schema, err)
+		}
+		if _, err := changelog.NewDecoder(strings.NewReader(""), changelog.ChangelogJSON, spec.Schema); err != nil {
+			return spec, fmt.Errorf("%w: %s: %v", errUsage, f.schema, err)
+		}
 	}
 	return spec, nil
 }
