@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/apache/iceberg-go"
@@ -150,8 +151,10 @@ type TableSpec struct {
 func (w *Warehouse) LoadOrCreate(ctx context.Context, ident table.Identifier, spec TableSpec) (*table.Table, bool, error) {
 	tbl, err := w.Catalog.LoadTable(ctx, ident)
 	if err == nil {
-		if spec.Schema != nil && !sameSchema(spec.Schema, tbl.Schema()) {
-			return nil, false, fmt.Errorf("table %s exists with schema %s, which differs from the given schema %s", strings.Join(ident, "."), tbl.Schema(), spec.Schema)
+		if spec.Schema != nil {
+			if diff := schemaDiff(tbl.Schema(), spec.Schema); diff != "" {
+				return nil, false, fmt.Errorf("table %s exists with another schema than the given one:\n%s", strings.Join(ident, "."), diff)
+			}
 		}
 		return tbl, false, nil
 	}
@@ -191,20 +194,42 @@ func (w *Warehouse) LoadOrCreate(ctx context.Context, ident table.Identifier, sp
 	return tbl, true, nil
 }
 
-func sameSchema(a, b *iceberg.Schema) bool {
-	fa, fb := a.Fields(), b.Fields()
-	if len(fa) != len(fb) || len(a.IdentifierFieldIDs) != len(b.IdentifierFieldIDs) {
-		return false
+// schemaDiff lists, field by field, how the given schema differs from the
+// table's ("" when they match: the same fields and identifier fields).
+func schemaDiff(table, given *iceberg.Schema) string {
+	var b strings.Builder
+	byID := func(s *iceberg.Schema) map[int]iceberg.NestedField {
+		m := map[int]iceberg.NestedField{}
+		for _, f := range s.Fields() {
+			m[f.ID] = f
+		}
+		return m
 	}
-	for i := range fa {
-		if fa[i].ID != fb[i].ID || fa[i].Name != fb[i].Name || !fa[i].Type.Equals(fb[i].Type) || fa[i].Required != fb[i].Required {
-			return false
+	tf, gf := byID(table), byID(given)
+	for _, f := range table.Fields() {
+		g, ok := gf[f.ID]
+		switch {
+		case !ok:
+			fmt.Fprintf(&b, "  field %d %q: in the table, not in the given schema\n", f.ID, f.Name)
+		case g.Name != f.Name || !g.Type.Equals(f.Type) || g.Required != f.Required:
+			fmt.Fprintf(&b, "  field %d: table %s, given %s\n", f.ID, f, g)
 		}
 	}
-	for i := range a.IdentifierFieldIDs {
-		if a.IdentifierFieldIDs[i] != b.IdentifierFieldIDs[i] {
-			return false
+	for _, g := range given.Fields() {
+		if _, ok := tf[g.ID]; !ok {
+			fmt.Fprintf(&b, "  field %d %q: in the given schema, not in the table\n", g.ID, g.Name)
 		}
 	}
-	return true
+	if !slices.Equal(table.IdentifierFieldIDs, given.IdentifierFieldIDs) {
+		fmt.Fprintf(&b, "  identifier fields: table %v, given %v\n", table.IdentifierFieldIDs, given.IdentifierFieldIDs)
+	}
+	if b.Len() == 0 && len(table.Fields()) == len(given.Fields()) {
+		for i, f := range table.Fields() {
+			if given.Fields()[i].ID != f.ID {
+				fmt.Fprintf(&b, "  field order: table %v, given %v\n", table, given)
+				break
+			}
+		}
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }

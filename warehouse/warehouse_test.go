@@ -53,9 +53,18 @@ func TestLoadOrCreateChecksSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := iceberg.NewSchemaWithIdentifiers(0, []int{1},
-		iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.String, Required: true})
-	if _, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: other}); err == nil {
-		t.Error("a different schema for an existing table was accepted")
+		iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.String, Required: true},
+		iceberg.NestedField{ID: 2, Name: "note", Type: iceberg.PrimitiveTypes.String})
+	_, _, err = wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: other})
+	// The difference is shown field by field.
+	for _, want := range []string{"field 1: table 1: id: required long, given 1: id: required string", `field 2 "note": in the given schema, not in the table`} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("a different schema for an existing table: got %v, want it to say %q", err, want)
+		}
+	}
+	if _, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: iceberg.NewSchemaWithIdentifiers(0, []int{1},
+		iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true})}); err != nil {
+		t.Errorf("the same schema refused: %v", err)
 	}
 	if _, created, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{}); err != nil || created {
 		t.Errorf("loading the existing table: created %v, %v", created, err)
