@@ -240,8 +240,13 @@ func New(ctx context.Context, tbl *table.Table, opts Options) (*Writer, error) {
 		return nil, fmt.Errorf("deltawriter: RewriteDeleted %v is not a share between 0 and 1", opts.RewriteDeleted)
 	}
 	meta := tbl.Metadata()
-	if meta.Version() < 2 {
+	switch {
+	case meta.Version() < 2:
 		return nil, fmt.Errorf("deltawriter: table %v has format version %d; row-level deletes need version 2 or later", tbl.Identifier(), meta.Version())
+	case meta.Version() > 2:
+		return nil, fmt.Errorf("deltawriter: table %v has format version %d, whose position deletes must be deletion vectors, which this writer does not write yet; use a version 2 table", tbl.Identifier(), meta.Version())
+	case len(meta.PartitionSpecs()) > 1:
+		return nil, fmt.Errorf("deltawriter: table %v has %d partition specs (its partitioning evolved): equality deletes apply within one spec's partitions, so rows written under an older spec could not be deleted; this writer takes tables with one spec", tbl.Identifier(), len(meta.PartitionSpecs()))
 	}
 	schema := tbl.Schema()
 	keys, err := NewKeyCodec(schema)

@@ -438,12 +438,18 @@ func TestFailedValidationCreatesNoTable(t *testing.T) {
 		"non-key partition source": {"--schema", good, "--partition-spec", nonKeyPart, "--input", in},
 		"missing input":            {"--schema", good, "--input", filepath.Join(dir, "absent.jsonl")},
 		"bad memory limit":         {"--schema", good, "--input", in, "--memory-limit", "abc"},
+		"negative memory limit":    {"--schema", good, "--input", in, "--memory-limit", "-1"},
+		"negative checkpoint rows": {"--schema", good, "--input", in, "--checkpoint-rows", "-5"},
+		"zero vnodes":              {"--schema", good, "--input", in, "--vnode-count", "0"},
 	} {
 		wh := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
 		_, stderr, code := icesink(t, append([]string{"run", "--warehouse", wh, "--table", "db.t"}, extra...)...)
 		if code == 0 {
 			t.Errorf("%s: the run succeeded", name)
 			continue
+		}
+		if strings.Contains(stderr, "strconv") || strings.Count(strings.TrimSpace(stderr), "\n") > 0 {
+			t.Errorf("%s: not one clear line: %s", name, stderr)
 		}
 		if _, _, code := icesink(t, "scan", "--warehouse", wh, "--table", "db.t"); code == 0 {
 			t.Errorf("%s: the run failed (%s) but left a table", name, strings.TrimSpace(stderr))

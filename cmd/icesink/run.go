@@ -85,6 +85,15 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if *writers < 1 {
 		return fmt.Errorf("%w: --writers must be at least 1", errUsage)
 	}
+	if *ckRows < 1 {
+		return fmt.Errorf("%w: --checkpoint-rows %d: a checkpoint needs at least 1 input row", errUsage, *ckRows)
+	}
+	if *interval < 1 {
+		return fmt.Errorf("%w: --commit-interval 0: commit every 1 or more checkpoints", errUsage)
+	}
+	if *vnodeCount < 1 {
+		return fmt.Errorf("%w: --vnode-count %d: keys need at least 1 vnode", errUsage, *vnodeCount)
+	}
 	retention, err := rf.retention()
 	if err != nil {
 		return err
@@ -193,7 +202,7 @@ func parseSize(s string) (int64, error) {
 	}
 	n, err := humanize.ParseBytes(s)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("%q is not a size: give a number of bytes with an optional unit, such as 64MiB, 1GiB or 500MB", s)
 	}
 	return int64(n), nil
 }
