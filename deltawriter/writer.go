@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -476,9 +477,45 @@ func (w *Writer) laneOf(row []any) (*lane, error) {
 	return ln, nil
 }
 
+// fileName is the name of the seq'th file of a window: the sink id, the
+// writer, the window's UUID, the kind (data, pos, eq) and the sequence.
+// SinkFile recognises it.
+func fileName(sinkID string, writer int, window, kind string, seq int) string {
+	return fmt.Sprintf("%s-%03d-%s-%s-%06d.parquet", sinkID, writer, window, kind, seq)
+}
+
+// SinkFile reports whether the file at path (a location or a plain name)
+// is named as the writers of sinkID name their files.
+func SinkFile(path, sinkID string) bool {
+	name := path[strings.LastIndexByte(path, '/')+1:]
+	rest, ok := strings.CutPrefix(name, sinkID+"-")
+	if !ok {
+		return false
+	}
+	// WRITER-UUID-KIND-SEQ.parquet
+	parts := strings.Split(strings.TrimSuffix(rest, ".parquet"), "-")
+	if len(parts) != 8 || !strings.HasSuffix(rest, ".parquet") {
+		return false
+	}
+	if _, err := uuid.Parse(strings.Join(parts[1:6], "-")); err != nil {
+		return false
+	}
+	switch parts[6] {
+	case "data", "pos", "eq":
+	default:
+		return false
+	}
+	for _, p := range []string{parts[0], parts[7]} {
+		if _, err := strconv.ParseUint(p, 10, 32); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
 func (w *Writer) newPath(ln *lane, kind string) string {
 	w.seq++
-	name := fmt.Sprintf("%s-%03d-%s-%s-%06d.parquet", w.opts.SinkID, w.opts.Writer, w.window, kind, w.seq)
+	name := fileName(w.opts.SinkID, w.opts.Writer, w.window, kind, w.seq)
 	if ln.path != "" {
 		name = ln.path + "/" + name
 	}

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"maps"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -219,5 +221,53 @@ func TestResumeChecksInput(t *testing.T) {
 	// A named input: a rerun under another name is refused.
 	if err := run(other, "orders-2026-12"); err == nil {
 		t.Fatal("a named input after a fingerprinted one was not checked")
+	}
+}
+
+// TestRemovesOrphansOfCrashedWindows: files a crashed window left in the
+// table's data folder (named as this sink's writers name theirs, in no
+// snapshot) are removed at the next start; other writers' files and the
+// table's own are left alone.
+func TestRemovesOrphansOfCrashedWindows(t *testing.T) {
+	ctx := context.Background()
+	wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wh.Close()
+	input := genInput(t, 5, 3000, 400)
+	cfg := sink.Config{SinkID: "orph", CheckpointRows: 500, StateDir: t.TempDir(), Writer: deltawriter.Options{SpillDir: t.TempDir()}}
+	runAndCheck(t, wh, cfg, input)
+	tbl, err := wh.Catalog.LoadTable(ctx, table.Identifier{"db", "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := strings.TrimPrefix(tbl.Location(), "file://") + "/data"
+	crashed := []string{
+		"orph-000-0b8e2c5e-8f3a-4c1e-9d2b-3f1a2b3c4d5e-data-000001.parquet",
+		"orph-001-0b8e2c5e-8f3a-4c1e-9d2b-3f1a2b3c4d5e-eq-000002.parquet",
+	}
+	others := []string{
+		"orphx-000-0b8e2c5e-8f3a-4c1e-9d2b-3f1a2b3c4d5e-data-000001.parquet", // another sink id
+		"orph-notes.parquet", // not a writer's name
+	}
+	for _, name := range append(append([]string{}, crashed...), others...) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("partial"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	res := runAndCheck(t, wh, cfg, input)
+	if res.OrphansRemoved != len(crashed) {
+		t.Fatalf("removed %d files, want the %d of the crashed window", res.OrphansRemoved, len(crashed))
+	}
+	for _, name := range crashed {
+		if _, err := os.Stat(filepath.Join(dir, name)); !os.IsNotExist(err) {
+			t.Errorf("%s still there (%v)", name, err)
+		}
+	}
+	for _, name := range others {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("%s: %v; it is not this sink's to remove", name, err)
+		}
 	}
 }

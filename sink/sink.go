@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
+	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/icesink/icesink/changelog"
@@ -189,6 +191,9 @@ type Result struct {
 	Stats deltawriter.Stats
 	// Writers holds each writer's own counters, by writer index.
 	Writers []deltawriter.Stats
+	// OrphansRemoved counts the files of earlier runs' uncommitted windows
+	// removed at the start (in-process coordinator only).
+	OrphansRemoved int
 }
 
 // Resume returns the position the table holds for the sink: its last
@@ -320,6 +325,45 @@ func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*c
 	return coord, ec, stop, nil
 }
 
+// removeOrphans deletes the files under tbl's data location that are
+// named as sinkID's writers name theirs (deltawriter.SinkFile) and that no
+// snapshot references: the files of windows that never committed. It must
+// only run while no writer of the sink is writing. Listing uses iceberg-go's
+// orphan-file planning (every manifest of every snapshot is read once).
+func removeOrphans(ctx context.Context, tbl *table.Table, sinkID string) (int, error) {
+	locs, err := tbl.LocationProvider()
+	if err != nil {
+		return 0, err
+	}
+	dataDir := strings.TrimSuffix(locs.NewDataLocation("x"), "/x")
+	plan, err := tbl.DeleteOrphanFiles(ctx, table.WithLocation(dataDir), table.WithFilesOlderThan(0), table.WithDryRun(true))
+	if errors.Is(err, iofs.ErrNotExist) {
+		return 0, nil // nothing written yet
+	}
+	if err != nil {
+		return 0, err
+	}
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return 0, err
+	}
+	wfs, ok := fs.(icebergio.WriteFileIO)
+	if !ok {
+		return 0, nil
+	}
+	n := 0
+	for _, p := range plan.OrphanFileLocations {
+		if !deltawriter.SinkFile(p, sinkID) {
+			continue // another writer's: not ours to judge
+		}
+		if err := wfs.Remove(p); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
 // jobOf is what a sink's writers and coordinator must agree on before any
 // file is written: the table (by UUID, so another warehouse's table of the
 // same name differs), its schema, partition spec and format, and the sink.
@@ -419,6 +463,16 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	}
 	if err := cm.Refresh(ctx); err != nil {
 		return res, err
+	}
+	if cfg.Connect == nil {
+		// This process holds every writer of the sink, none has written
+		// yet, and recorded epochs are committed: what is left of the
+		// sink's files outside the table is from windows that crashed.
+		n, err := removeOrphans(ctx, cm.Table(), cfg.SinkID)
+		if err != nil {
+			return res, fmt.Errorf("removing the files of uncommitted windows: %w", err)
+		}
+		res.OrphansRemoved = n
 	}
 	start, err := positionOf(cm)
 	if err != nil {

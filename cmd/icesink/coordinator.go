@@ -24,7 +24,7 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	fs.SetOutput(stderr)
 	var tf tableFlags
 	tf.register(fs)
-	listen := fs.String("listen", "127.0.0.1:7480", "`HOST:PORT` to serve writers on (plaintext gRPC: loopback or a trusted network)")
+	listen := fs.String("listen", "127.0.0.1:7480", "`HOST:PORT` to serve writers on (without --tls-cert and --auth-token-file: loopback or a trusted network only)")
 	interval := fs.Uint64("commit-interval", 1, "commit every `K` checkpoints")
 	commitBytes := fs.String("commit-bytes", "0", "also commit when all writers together buffer this much; 0 = off")
 	vnodeCount := fs.Int("vnode-count", 256, "number of vnodes")
@@ -34,6 +34,8 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	sf.register(fs)
 	var rf retentionFlags
 	rf.register(fs)
+	var secf securityFlags
+	secf.register(fs, true)
 	verbose := fs.Bool("v", false, "log the coordinator's decisions (writers joining and leaving, epochs committed, aborts) to stderr")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -45,6 +47,10 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 		return fmt.Errorf("%w: --sink-id: %v", errUsage, err)
 	}
 	retention, err := rf.retention()
+	if err != nil {
+		return err
+	}
+	sec, err := secf.security()
 	if err != nil {
 		return err
 	}
@@ -94,7 +100,7 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 		return fmt.Errorf("listening on %s: %w", *listen, err)
 	}
 	fmt.Fprintf(stderr, "icesink coordinator: sink %q on %s, serving writers on %s\n", *sinkID, tf.table, lis.Addr())
-	err = coordgrpc.Serve(ctx, lis, c)
+	err = coordgrpc.Serve(ctx, lis, c, sec.ServerOptions()...)
 	if errors.Is(err, coordinator.ErrFailed) {
 		return fmt.Errorf("%w\n(the recorded epoch stays in %s; a restart commits it once its cause is fixed. An epoch that can never commit (its files are gone) is dropped by moving that folder away: its writers then redo it from the input)", err, *stateDir)
 	}

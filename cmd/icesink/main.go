@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/coordinator/coordgrpc"
 )
 
 const usage = `icesink writes upsert (CDC) streams into Apache Iceberg tables.
@@ -161,6 +162,51 @@ func (t *tableFlags) check() error {
 		return fmt.Errorf("%w: --table is required", errUsage)
 	}
 	return nil
+}
+
+// securityFlags secure the coordinator's gRPC endpoint: TLS and a shared
+// token. Without them the coordinator accepts any writer that reaches its
+// port, so it must listen only on loopback or a trusted network.
+type securityFlags struct {
+	cert, key, ca, tokenFile string
+	server                   bool
+}
+
+func (f *securityFlags) register(fs *flag.FlagSet, server bool) {
+	f.server = server
+	if server {
+		fs.StringVar(&f.cert, "tls-cert", "", "serve writers over TLS with this certificate `FILE` (PEM); with --tls-key")
+		fs.StringVar(&f.key, "tls-key", "", "the TLS certificate's key `FILE` (PEM)")
+		fs.StringVar(&f.ca, "tls-client-ca", "", "require writers to present a certificate signed by this CA `FILE` (mutual TLS)")
+	} else {
+		fs.StringVar(&f.ca, "tls-ca", "", "with --coordinator: connect over TLS, trusting this CA `FILE` (PEM) for the coordinator's certificate")
+		fs.StringVar(&f.cert, "tls-cert", "", "with --coordinator: this writer's certificate `FILE` for mutual TLS; with --tls-key")
+		fs.StringVar(&f.key, "tls-key", "", "with --coordinator: the writer certificate's key `FILE`")
+	}
+	fs.StringVar(&f.tokenFile, "auth-token-file", "", "a `FILE` holding a shared token; the coordinator refuses writers without it")
+}
+
+func (f *securityFlags) security() (coordgrpc.Security, error) {
+	var sec coordgrpc.Security
+	var err error
+	if f.tokenFile != "" {
+		if sec.Token, err = coordgrpc.ReadToken(f.tokenFile); err != nil {
+			return sec, err
+		}
+	}
+	switch {
+	case f.server && (f.cert != "") != (f.key != ""):
+		return sec, fmt.Errorf("%w: --tls-cert and --tls-key go together", errUsage)
+	case f.server && f.cert != "":
+		sec.TLS, err = coordgrpc.LoadServerTLS(f.cert, f.key, f.ca)
+	case f.server && f.ca != "":
+		return sec, fmt.Errorf("%w: --tls-client-ca needs --tls-cert and --tls-key", errUsage)
+	case !f.server && (f.cert != "") != (f.key != ""):
+		return sec, fmt.Errorf("%w: --tls-cert and --tls-key go together", errUsage)
+	case !f.server && (f.ca != "" || f.cert != ""):
+		sec.TLS, err = coordgrpc.LoadClientTLS(f.ca, f.cert, f.key)
+	}
+	return sec, err
 }
 
 // retentionFlags bound the table history the committer leaves (see

@@ -51,6 +51,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	spillDir := fs.String("spill-dir", "", "`DIR` for the index's spill runs (default: the OS temp dir; a private subfolder per writer)")
 	var rf retentionFlags
 	rf.register(fs)
+	var secf securityFlags
+	secf.register(fs, false)
 	inputID := fs.String("input-id", "", "a `NAME` for the input, recorded with every commit and checked on resume (default: a fingerprint of its first 4 KiB)")
 	quiet := fs.Bool("quiet", false, "no progress line")
 	stats := fs.Bool("stats", false, "print the writer's statistics at the end")
@@ -95,6 +97,10 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return fmt.Errorf("%w: --vnode-count %d: keys need at least 1 vnode", errUsage, *vnodeCount)
 	}
 	retention, err := rf.retention()
+	if err != nil {
+		return err
+	}
+	sec, err := secf.security()
 	if err != nil {
 		return err
 	}
@@ -162,7 +168,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		}
 		cfg.OwnVnodes = own
 		cfg.Connect = func(ctx context.Context, vn *roaring.Bitmap, opts ...coordinator.ConnectOption) (coordinator.Session, error) {
-			return coordgrpc.Dial(ctx, *coordAddr, vn, opts...)
+			return coordgrpc.DialSecure(ctx, *coordAddr, sec, vn, opts...)
 		}
 	}
 	if limit > 0 && os.Getenv("GOMEMLIMIT") == "" {

@@ -1,6 +1,7 @@
 package coordgrpc
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +11,6 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/icesink/icesink/coordinator"
 	"github.com/icesink/icesink/coordinator/coordpb"
@@ -21,14 +21,19 @@ import (
 // the end of the stream before cutting it.
 const closeWait = 5 * time.Second
 
-// Dial connects a writer owning vnodes to the coordinator at addr, without
-// transport security (loopback or a trusted network; use Connect with your
-// own connection otherwise), and waits until it is accepted. Closing the
-// session closes the connection.
+// Dial joins the coordinator at addr over plaintext gRPC (see DialSecure).
 func Dial(ctx context.Context, addr string, vnodes *roaring.Bitmap, opts ...coordinator.ConnectOption) (coordinator.Session, error) {
-	cc, err := grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+	return DialSecure(ctx, addr, Security{}, vnodes, opts...)
+}
+
+// DialSecure connects a writer owning vnodes to the coordinator at addr
+// with sec's TLS and token (the zero Security: plaintext, for loopback or
+// a trusted network only), and waits until it is accepted. Connections
+// send keepalives. Closing the session closes the connection.
+func DialSecure(ctx context.Context, addr string, sec Security, vnodes *roaring.Bitmap, opts ...coordinator.ConnectOption) (coordinator.Session, error) {
+	dopts := append(sec.dialOptions(),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(MaxMessageSize), grpc.MaxCallSendMsgSize(MaxMessageSize)))
+	cc, err := grpc.NewClient(addr, dopts...)
 	if err != nil {
 		return nil, fmt.Errorf("coordinator: dialing %s: %w", addr, err)
 	}
@@ -86,8 +91,11 @@ func open(ctx context.Context, cc grpc.ClientConnInterface, vnodes *roaring.Bitm
 	go s.recv()
 	err = s.send(&coordpb.WriterMessage{Msg: &coordpb.WriterMessage_Register{Register: &coordpb.Register{
 		Vnodes: raw, Rescale: reg.Rescale, VnodeCount: uint32(reg.VnodeCount), Job: reg.Job}}})
-	if err == nil {
-		_, err = s.box.WaitRegistered(ctx)
+	// A stream the server ended at once (a refused token) fails the send
+	// with a bare EOF; the reason comes with the receive side.
+	_, werr := s.box.WaitRegistered(ctx)
+	if werr != nil || err != nil {
+		err = cmp.Or(werr, err)
 	}
 	if err != nil {
 		_ = s.Close()

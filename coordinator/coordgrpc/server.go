@@ -37,7 +37,8 @@ func Register(s *grpc.Server, c *coordinator.Coordinator) {
 // server, breaking open streams. It returns nil after such a stop, unless
 // c stopped because it failed (coordinator.ErrFailed): then that failure.
 func Serve(ctx context.Context, lis net.Listener, c *coordinator.Coordinator, opts ...grpc.ServerOption) error {
-	s := grpc.NewServer(append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize)}, opts...)...)
+	base := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize)}, Security{}.ServerOptions()...)
+	s := grpc.NewServer(append(base, opts...)...)
 	Register(s, c)
 	errc := make(chan error, 1)
 	go func() { errc <- s.Serve(lis) }()
