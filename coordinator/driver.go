@@ -232,6 +232,14 @@ func (c *Coordinator) run(ctx context.Context, m *Machine) {
 			if d, ok := r.ev.(Disconnect); ok {
 				delete(sessions, d.Writer)
 			}
+			if reg, ok := r.ev.(Register); ok && err == nil {
+				// Say at once which vnodes still wait for a writer: a gap
+				// in the writers' ranges shows here, not as a timeout.
+				if st := m.Status(); !st.Missing.IsEmpty() {
+					c.opts.logger.Info("coordinator: writer joined; vnodes without a writer yet", "writer", reg.Writer,
+						"vnodes", FormatVnodes(reg.Vnodes), "missing", FormatVnodes(st.Missing))
+				}
+			}
 		case <-ticker.C:
 			err = m.Step(Tick{})
 			uncovered = c.warnUncovered(m, uncovered)

@@ -348,6 +348,10 @@ func TestWarnsUncoveredVnodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sess.Close()
+	// Said at join, before any wait.
+	if !strings.Contains(log.String(), "vnodes without a writer yet") || !strings.Contains(log.String(), "missing=4-5,7") {
+		t.Fatalf("the join did not name the missing vnodes:\n%s", log.String())
+	}
 	for strings.Count(log.String(), "no writer holds") < 2 {
 		select {
 		case <-ctx.Done():
