@@ -250,7 +250,9 @@ func (c *Coordinator) run(ctx context.Context, m *Machine) {
 			return
 		}
 		if err != nil {
-			c.opts.logger.Warn("coordinator: request refused", "err", err)
+			if ctx.Err() == nil {
+				c.opts.logger.Warn("coordinator: request refused", "err", err)
+			}
 		}
 	}
 }
@@ -281,7 +283,7 @@ func (c *Coordinator) handleReady(ctx context.Context, m *Machine, sessions map[
 	var saveErr error
 	if p := rd.Persist; p != nil {
 		saveErr = c.store.Save(ctx, p.ID, p.State)
-		if saveErr != nil {
+		if saveErr != nil && ctx.Err() == nil { // not when stopping: the caller says why
 			c.opts.logger.Error("coordinator: saving state failed", "id", p.ID, "err", saveErr)
 		}
 	}
@@ -309,7 +311,9 @@ func (c *Coordinator) handleReady(ctx context.Context, m *Machine, sessions map[
 	m.Advance()
 	if saveErr != nil {
 		if err := m.Step(PersistFailed{ID: rd.Persist.ID, Err: saveErr}); err != nil {
-			c.opts.logger.Warn("coordinator: request refused", "err", err)
+			if ctx.Err() == nil {
+				c.opts.logger.Warn("coordinator: request refused", "err", err)
+			}
 		}
 	}
 }

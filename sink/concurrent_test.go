@@ -75,8 +75,8 @@ func TestConcurrentCommitters(t *testing.T) {
 		t.Fatal(err)
 	}
 	inputs := map[string][]byte{
-		"a": genInputKeys(t, 1, 6000, 500, 0),
-		"b": genInputKeys(t, 2, 6000, 500, 10000),
+		"a": genInputKeys(t, 1, 1200, 300, 0),
+		"b": genInputKeys(t, 2, 1200, 300, 10000),
 	}
 	foreign := [][]any{{int64(50000), "f", int32(1), int64(100)}, {int64(50001), "g", int32(2), int64(200)}}
 	var once sync.Once
@@ -95,7 +95,7 @@ func TestConcurrentCommitters(t *testing.T) {
 				Writer: deltawriter.Options{SpillDir: t.TempDir()}}
 			if id == "a" {
 				cfg.Progress = func(p sink.Progress) {
-					if p.Epoch == 8 {
+					if p.Epoch == 4 {
 						once.Do(func() { foreignAppend(t, ctx, wh, ident, foreign) })
 					}
 				}
@@ -127,8 +127,8 @@ func TestConcurrentCommitters(t *testing.T) {
 	}
 	for _, id := range []string{"a", "b"} {
 		pos, err := sink.Resume(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: id})
-		if err != nil || pos.Line != 6000 {
-			t.Fatalf("sink %s resumes at %+v, %v; want after line 6000", id, pos, err)
+		if err != nil || pos.Line != 1200 {
+			t.Fatalf("sink %s resumes at %+v, %v; want after line 1200", id, pos, err)
 		}
 	}
 }
@@ -144,8 +144,8 @@ func TestRetentionAgainstModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer wh.Close()
-	input := genInput(t, 7, 8000, 2000)
-	cfg := sink.Config{SinkID: "ret", Writers: 2, CheckpointRows: 120, StateDir: t.TempDir(),
+	input := genInput(t, 7, 2000, 500)
+	cfg := sink.Config{SinkID: "ret", Writers: 2, CheckpointRows: 1000, StateDir: t.TempDir(),
 		Writer:    deltawriter.Options{MemoryLimit: 256 << 10, SpillDir: t.TempDir()},
 		Retention: &commit.Retention{RetainSnapshots: 4, MaxDataManifests: 3, MaxDeleteManifests: 3}}
 	res := runAndCheck(t, wh, cfg, input)
@@ -189,7 +189,7 @@ func TestResumeChecksInput(t *testing.T) {
 	if _, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: fuzzSchema}); err != nil {
 		t.Fatal(err)
 	}
-	full := genInput(t, 3, 4000, 500)
+	full := genInput(t, 3, 800, 200)
 	prefix := full[:bytes.Index(full[len(full)/2:], []byte("\n"))+len(full)/2+1]
 	other := genInput(t, 4, 4000, 500)
 	run := func(input []byte, id string) error {
@@ -235,7 +235,7 @@ func TestRemovesOrphansOfCrashedWindows(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer wh.Close()
-	input := genInput(t, 5, 3000, 400)
+	input := genInput(t, 5, 600, 200)
 	cfg := sink.Config{SinkID: "orph", CheckpointRows: 500, StateDir: t.TempDir(), Writer: deltawriter.Options{SpillDir: t.TempDir()}}
 	runAndCheck(t, wh, cfg, input)
 	tbl, err := wh.Catalog.LoadTable(ctx, table.Identifier{"db", "t"})

@@ -75,7 +75,9 @@ type Config struct {
 	// OwnVnodes and writes only the rows routed to them.
 	Connect   func(ctx context.Context, vnodes *roaring.Bitmap, opts ...coordinator.ConnectOption) (coordinator.Session, error)
 	OwnVnodes *roaring.Bitmap
-	// Progress, when set, is called after every checkpoint and at the end.
+	// Progress, when set, is called after every checkpoint, every 1024
+	// changes a writer is handed, and at the end, on the routing
+	// goroutine: it must return quickly.
 	Progress func(Progress)
 	// Retention bounds the table history after each commit (snapshot
 	// expiry, data-manifest merges), so that a sink running for weeks
@@ -616,6 +618,12 @@ func route_(ctx context.Context, cfg Config, src Source, writers []*writer, rout
 			if len(p.changes) >= batchSize {
 				if err := send(i); err != nil {
 					return err
+				}
+				if cfg.Progress != nil { // between checkpoints too
+					if ec != nil {
+						_, res.Commits = ec.committed()
+					}
+					cfg.Progress(res.Progress)
 				}
 			}
 		}

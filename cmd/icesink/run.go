@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -54,7 +55,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	var secf securityFlags
 	secf.register(fs, false)
 	inputID := fs.String("input-id", "", "a `NAME` for the input, recorded with every commit and checked on resume (default: a fingerprint of its first 4 KiB)")
-	quiet := fs.Bool("quiet", false, "no progress line")
+	quiet := fs.Bool("quiet", false, "no progress line or commit log")
+	logFormat := fs.String("log-format", "text", "`FORMAT` of log lines (the commit log without a terminal, the coordinator's warnings): text or json")
 	stats := fs.Bool("stats", false, "print the writer's statistics at the end")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -176,8 +178,17 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		// headroom (GOGC=100 lets the heap double) inside the budget.
 		debug.SetMemoryLimit(deltawriter.SoftMemoryLimit(limit, *writers))
 	}
-	if !*quiet && isTerminal(stderr) {
+	logger, err := newLogger(stderr, *logFormat)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = logger
+	switch {
+	case *quiet:
+	case isTerminal(stderr):
 		cfg.Progress = progressLine(stderr)
+	default:
+		cfg.Progress = commitLog(logger)
 	}
 	mon := startMonitor()
 	res, err := sink.Run(ctx, cfg, dec)
@@ -285,6 +296,30 @@ func progressLine(w io.Writer) func(sink.Progress) {
 		rate := float64(p.Changes) / max(p.Elapsed.Seconds(), 1e-9)
 		fmt.Fprintf(w, "\r%s lines, %s changes, %s changes/s, %d commits   ",
 			humanize.Comma(p.Line), humanize.Comma(p.Changes), humanize.Comma(int64(rate)), p.Commits)
+	}
+}
+
+// newLogger returns a logger to w in format (text or json).
+func newLogger(w io.Writer, format string) (*slog.Logger, error) {
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, nil)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, nil)), nil
+	}
+	return nil, fmt.Errorf("%w: --log-format %q: want text or json", errUsage, format)
+}
+
+// commitLog logs a line per commit, for a run without a terminal.
+func commitLog(l *slog.Logger) func(sink.Progress) {
+	commits := 0
+	return func(p sink.Progress) {
+		if p.Commits == commits {
+			return
+		}
+		commits = p.Commits
+		rate := float64(p.Changes) / max(p.Elapsed.Seconds(), 1e-9)
+		l.Info("committed", "commits", p.Commits, "read_lines", p.Line, "changes", p.Changes, "changes_per_s", int64(rate))
 	}
 }
 
