@@ -54,6 +54,10 @@ type Committer struct {
 	stale bool
 	// tidies counts Tidy calls: the manifest list is read every few.
 	tidies int
+	// cat and fsF rebuild a committed table without reloading it (adopt);
+	// cat is nil when the loader is not also the table's catalog.
+	cat table.CatalogIO
+	fsF table.FSysF
 }
 
 // Committed describes the newest epoch a sink committed.
@@ -76,7 +80,12 @@ func NewCommitter(ctx context.Context, loader TableLoader, ident table.Identifie
 	if err != nil {
 		return nil, fmt.Errorf("commit: loading table %v: %w", ident, err)
 	}
-	return &Committer{loader: loader, ident: ident, sinkID: sinkID, tbl: tbl, maxRetries: 8}, nil
+	c := &Committer{loader: loader, ident: ident, sinkID: sinkID, tbl: tbl, maxRetries: 8}
+	if cat, ok := loader.(table.CatalogIO); ok {
+		first := *tbl // the loaded table's file IO, without its later versions
+		c.cat, c.fsF = cat, first.FS
+	}
+	return c, nil
 }
 
 // Table returns the committer's latest view of the table.
@@ -243,10 +252,20 @@ func (c *Committer) Commit(ctx context.Context, epoch uint64, payloads []Payload
 // it the previous table version, reachable from its new snapshot (the
 // snapshot's parent and schema ids point into the producer and the
 // metadata builder), so every version since the start stays in memory: a
-// run of n commits held O(n^2) bytes. A table loaded from the catalog has
-// no such chain; when loading fails, the returned table is kept.
+// run of n commits held O(n^2) bytes. A copy of the metadata made by a
+// metadata builder (which clones every snapshot) has no such chain and
+// costs far less than reloading the table from the catalog; when neither
+// works, the returned table is kept and the next commit reloads.
 func (c *Committer) adopt(ctx context.Context, committed *table.Table) {
 	c.tbl = committed
+	if c.cat != nil {
+		if b, err := table.MetadataBuilderFromBase(committed.Metadata(), committed.MetadataLocation()); err == nil {
+			if meta, err := b.Build(); err == nil {
+				c.tbl = table.New(c.ident, meta, committed.MetadataLocation(), c.fsF, c.cat)
+				return
+			}
+		}
+	}
 	if err := c.Refresh(ctx); err != nil {
 		c.tbl = committed
 		c.stale = true

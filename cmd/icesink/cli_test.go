@@ -433,14 +433,15 @@ func TestFailedValidationCreatesNoTable(t *testing.T) {
 	nonKeyPart := file("part.json", `{"spec-id":0,"fields":[{"source-id":3,"field-id":1000,"name":"v_bucket","transform":"bucket[4]"}]}`)
 	in := file("in.jsonl", `{"op":"+I","data":{"id":1,"name":"a","v":1}}`+"\n")
 	for name, extra := range map[string][]string{
-		"no identifier fields":     {"--schema", noKey, "--input", in},
-		"nested column":            {"--schema", nested, "--input", in},
-		"non-key partition source": {"--schema", good, "--partition-spec", nonKeyPart, "--input", in},
-		"missing input":            {"--schema", good, "--input", filepath.Join(dir, "absent.jsonl")},
-		"bad memory limit":         {"--schema", good, "--input", in, "--memory-limit", "abc"},
-		"negative memory limit":    {"--schema", good, "--input", in, "--memory-limit", "-1"},
-		"negative checkpoint rows": {"--schema", good, "--input", in, "--checkpoint-rows", "-5"},
-		"zero vnodes":              {"--schema", good, "--input", in, "--vnode-count", "0"},
+		"no identifier fields":            {"--schema", noKey, "--input", in},
+		"nested column":                   {"--schema", nested, "--input", in},
+		"non-key partition source":        {"--schema", good, "--partition-spec", nonKeyPart, "--input", in},
+		"missing input":                   {"--schema", good, "--input", filepath.Join(dir, "absent.jsonl")},
+		"bad memory limit":                {"--schema", good, "--input", in, "--memory-limit", "abc"},
+		"negative memory limit":           {"--schema", good, "--input", in, "--memory-limit", "-1"},
+		"negative checkpoint rows":        {"--schema", good, "--input", in, "--checkpoint-rows", "-5"},
+		"zero vnodes":                     {"--schema", good, "--input", in, "--vnode-count", "0"},
+		"remote writer's commit-interval": {"--schema", good, "--input", in, "--coordinator", "127.0.0.1:1", "--vnodes", "0-255", "--commit-interval", "3"},
 	} {
 		wh := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
 		_, stderr, code := icesink(t, append([]string{"run", "--warehouse", wh, "--table", "db.t"}, extra...)...)
