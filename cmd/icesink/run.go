@@ -98,6 +98,18 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if *vnodeCount < 1 {
 		return fmt.Errorf("%w: --vnode-count %d: keys need at least 1 vnode", errUsage, *vnodeCount)
 	}
+	if *coordAddr != "" {
+		var decided []string // flags whose decision is the coordinator's
+		fs.Visit(func(f *flag.Flag) {
+			switch f.Name {
+			case "commit-interval", "commit-bytes", "retain-snapshots", "expire-older-than", "max-manifests", "state-dir":
+				decided = append(decided, "--"+f.Name)
+			}
+		})
+		if len(decided) > 0 {
+			return fmt.Errorf("%w: %s: with --coordinator the coordinator decides this; give it to icesink coordinator", errUsage, strings.Join(decided, ", "))
+		}
+	}
 	retention, err := rf.retention()
 	if err != nil {
 		return err
@@ -163,16 +175,6 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if *coordAddr != "" {
 		if *writers != 1 {
 			return fmt.Errorf("%w: --coordinator runs one writer per process; drop --writers", errUsage)
-		}
-		var decided []string // flags whose decision is the coordinator's
-		fs.Visit(func(f *flag.Flag) {
-			switch f.Name {
-			case "commit-interval", "commit-bytes", "retain-snapshots", "expire-older-than", "max-manifests", "state-dir":
-				decided = append(decided, "--"+f.Name)
-			}
-		})
-		if len(decided) > 0 {
-			return fmt.Errorf("%w: %s: with --coordinator the coordinator decides this; give it to icesink coordinator", errUsage, strings.Join(decided, ", "))
 		}
 		own, err := coordinator.ParseVnodes(*vnodesFlag, *vnodeCount)
 		if err != nil || *vnodesFlag == "" {
