@@ -38,7 +38,7 @@ type Retention struct {
 }
 
 // DefaultRetention is what the sink applies unless told otherwise: 100
-// snapshots of history, data manifests merged past 100.
+// snapshots of history, data and delete manifests each merged past 100.
 func DefaultRetention() Retention {
 	return Retention{RetainSnapshots: 100, MaxDataManifests: 100, MaxDeleteManifests: 100}
 }
@@ -54,11 +54,11 @@ type Tidied struct {
 // after no longer has, and the manifests they listed that no snapshot of
 // after lists.
 func removeExpired(ctx context.Context, before, after *table.Table) error {
-	fs, err := after.FS(ctx)
+	fsys, err := after.FS(ctx)
 	if err != nil {
 		return err
 	}
-	wfs, ok := fs.(icebergio.WriteFileIO)
+	wfs, ok := fsys.(icebergio.WriteFileIO)
 	if !ok {
 		return nil
 	}
@@ -67,7 +67,7 @@ func removeExpired(ctx context.Context, before, after *table.Table) error {
 		kept[s.ManifestList] = true
 	}
 	listed := func(s table.Snapshot, into map[string]bool) error {
-		mans, err := s.Manifests(fs)
+		mans, err := s.Manifests(fsys)
 		if err != nil {
 			return fmt.Errorf("snapshot %d: %w", s.SnapshotID, err)
 		}
@@ -116,8 +116,8 @@ func removeIfPresent(wfs icebergio.WriteFileIO, path string) error {
 }
 
 // Tidy applies r to the table after a commit: it expires snapshots past
-// the retained history and merges data manifests past the limit, each in a
-// commit of its own. Neither changes the table's rows. A failure (a
+// the retained history and merges data and delete manifests past their
+// limits, each in a commit of its own. Neither changes the table's rows. A failure (a
 // concurrent commit, say) leaves the table as it was; the next Tidy tries
 // again.
 func (c *Committer) Tidy(ctx context.Context, r Retention) (Tidied, error) {
@@ -156,11 +156,11 @@ func (c *Committer) Tidy(ctx context.Context, r Retention) (Tidied, error) {
 	}
 	c.tidies++
 	if limit > 0 && c.tidies%max(1, limit/8) == 0 && c.tbl.CurrentSnapshot() != nil {
-		fs, err := c.tbl.FS(ctx)
+		fsys, err := c.tbl.FS(ctx)
 		if err != nil {
 			return t, fmt.Errorf("commit: %v: %w", c.ident, err)
 		}
-		mans, err := c.tbl.CurrentSnapshot().Manifests(fs)
+		mans, err := c.tbl.CurrentSnapshot().Manifests(fsys)
 		if err != nil {
 			return t, fmt.Errorf("commit: reading the manifest list of %v: %w", c.ident, err)
 		}
@@ -173,7 +173,7 @@ func (c *Committer) Tidy(ctx context.Context, r Retention) (Tidied, error) {
 			}
 		}
 		if r.MaxDeleteManifests > 0 && deletes > r.MaxDeleteManifests {
-			n, err := c.mergeDeleteManifests(ctx, fs, mans)
+			n, err := c.mergeDeleteManifests(ctx, fsys, mans)
 			if err != nil {
 				return t, fmt.Errorf("commit: merging the delete manifests of %v: %w", c.ident, err)
 			}
