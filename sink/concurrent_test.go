@@ -65,15 +65,7 @@ func foreignAppend(t *testing.T, ctx context.Context, wh *warehouse.Warehouse, i
 // both sinks' final states and the foreign rows.
 func TestConcurrentCommitters(t *testing.T) {
 	ctx := context.Background()
-	wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wh.Close()
-	ident := table.Identifier{"db", "t"}
-	if _, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: fuzzSchema}); err != nil {
-		t.Fatal(err)
-	}
+	wh, ident := newWarehouse(t)
 	inputs := map[string][]byte{
 		"a": genInputKeys(t, 1, 1200, 300, 0),
 		"b": genInputKeys(t, 2, 1200, 300, 10000),
@@ -139,11 +131,7 @@ func TestConcurrentCommitters(t *testing.T) {
 // history, and resumes from the table properties once its own snapshots
 // are expired.
 func TestRetentionAgainstModel(t *testing.T) {
-	wh, err := warehouse.Open(context.Background(), t.TempDir(), warehouse.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wh.Close()
+	wh, _ := newWarehouse(t)
 	input := genInput(t, 7, 2000, 500)
 	cfg := sink.Config{SinkID: "ret", Writers: 2, CheckpointRows: 1000, StateDir: t.TempDir(),
 		Writer:    deltawriter.Options{MemoryLimit: 256 << 10, SpillDir: t.TempDir()},
@@ -180,15 +168,7 @@ func TestRetentionAgainstModel(t *testing.T) {
 // a user-given input id is checked instead of the fingerprint.
 func TestResumeChecksInput(t *testing.T) {
 	ctx := context.Background()
-	wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wh.Close()
-	ident := table.Identifier{"db", "t"}
-	if _, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: fuzzSchema}); err != nil {
-		t.Fatal(err)
-	}
+	wh, ident := newWarehouse(t)
 	full := genInput(t, 3, 800, 200)
 	prefix := full[:bytes.Index(full[len(full)/2:], []byte("\n"))+len(full)/2+1]
 	other := genInput(t, 4, 4000, 500)
@@ -204,7 +184,7 @@ func TestResumeChecksInput(t *testing.T) {
 	if err := run(prefix, ""); err != nil {
 		t.Fatal(err)
 	}
-	err = run(other, "")
+	err := run(other, "")
 	if err == nil || !strings.Contains(err.Error(), "not the one sink") || !strings.Contains(err.Error(), "another --sink-id") {
 		t.Fatalf("another input: got %v, want a refusal that names the way out", err)
 	}
@@ -230,11 +210,7 @@ func TestResumeChecksInput(t *testing.T) {
 // table's own are left alone.
 func TestRemovesOrphansOfCrashedWindows(t *testing.T) {
 	ctx := context.Background()
-	wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wh.Close()
+	wh, _ := newWarehouse(t)
 	input := genInput(t, 5, 600, 200)
 	cfg := sink.Config{SinkID: "orph", CheckpointRows: 500, StateDir: t.TempDir(), Writer: deltawriter.Options{SpillDir: t.TempDir()}}
 	runAndCheck(t, wh, cfg, input)
@@ -270,4 +246,21 @@ func TestRemovesOrphansOfCrashedWindows(t *testing.T) {
 			t.Errorf("%s: %v; it is not this sink's to remove", name, err)
 		}
 	}
+}
+
+// newWarehouse opens a fresh embedded warehouse, closed when the test ends,
+// holding the table db.t of fuzzSchema.
+func newWarehouse(t *testing.T) (*warehouse.Warehouse, table.Identifier) {
+	t.Helper()
+	ctx := context.Background()
+	wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { wh.Close() })
+	ident := table.Identifier{"db", "t"}
+	if _, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: fuzzSchema}); err != nil {
+		t.Fatal(err)
+	}
+	return wh, ident
 }
