@@ -564,6 +564,15 @@ func route_(ctx context.Context, cfg Config, src Source, writers []*writer, rout
 			return ctx.Err()
 		}
 	}
+	report := func() {
+		if cfg.Progress == nil {
+			return
+		}
+		if ec != nil { // in process: the commits so far (a remote coordinator's show at the end)
+			_, res.Commits = ec.committed()
+		}
+		cfg.Progress(res.Progress)
+	}
 	var rows int64
 	var key []byte
 	checkpoint := func(line int64, final bool) error {
@@ -577,12 +586,7 @@ func route_(ctx context.Context, cfg Config, src Source, writers []*writer, rout
 				return err
 			}
 		}
-		if cfg.Progress != nil {
-			if ec != nil { // in process: the commits so far (a remote coordinator's show at the end)
-				_, res.Commits = ec.committed()
-			}
-			cfg.Progress(res.Progress)
-		}
+		report()
 		return nil
 	}
 	began := time.Now()
@@ -619,12 +623,7 @@ func route_(ctx context.Context, cfg Config, src Source, writers []*writer, rout
 				if err := send(i); err != nil {
 					return err
 				}
-				if cfg.Progress != nil { // between checkpoints too
-					if ec != nil {
-						_, res.Commits = ec.committed()
-					}
-					cfg.Progress(res.Progress)
-				}
+				report() // between checkpoints too
 			}
 		}
 		if rows++; rows >= cfg.CheckpointRows {
