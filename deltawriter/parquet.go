@@ -1,6 +1,7 @@
 package deltawriter
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -117,6 +118,10 @@ type parquetFile struct {
 type encoder struct {
 	jobs    chan encodeJob
 	stopped chan struct{}
+	// ctx is the context of the writer's current call (Write,
+	// PrepareCommit, Flush): a hand-off blocked on a full queue, and a
+	// barrier, give up when it is done. Abort waits regardless.
+	ctx context.Context
 }
 
 // encoderQueue is the number of batches that may wait for the encoder.
@@ -131,7 +136,7 @@ type encodeJob struct {
 }
 
 func newEncoder() *encoder {
-	e := &encoder{jobs: make(chan encodeJob, encoderQueue), stopped: make(chan struct{})}
+	e := &encoder{jobs: make(chan encodeJob, encoderQueue), stopped: make(chan struct{}), ctx: context.Background()}
 	go e.run()
 	return e
 }
@@ -147,11 +152,38 @@ func (e *encoder) run() {
 	}
 }
 
-// barrier returns once every job handed so far has been encoded.
-func (e *encoder) barrier() {
+// send hands a job to the encoder, waiting while the queue is full unless
+// the current call's context ends first.
+func (e *encoder) send(j encodeJob) error {
+	select {
+	case e.jobs <- j:
+		return nil
+	default:
+	}
+	select {
+	case e.jobs <- j:
+		return nil
+	case <-e.ctx.Done():
+		if j.rec != nil {
+			j.rec.Release()
+		}
+		return fmt.Errorf("deltawriter: waiting for the encoder: %w", context.Cause(e.ctx))
+	}
+}
+
+// barrier returns once every job handed so far has been encoded, or when
+// the current call's context ends (with its cause).
+func (e *encoder) barrier() error {
 	done := make(chan struct{})
-	e.jobs <- encodeJob{done: done}
-	<-done
+	if err := e.send(encodeJob{done: done}); err != nil {
+		return err
+	}
+	select {
+	case <-done:
+		return nil
+	case <-e.ctx.Done():
+		return fmt.Errorf("deltawriter: waiting for the encoder: %w", context.Cause(e.ctx))
+	}
 }
 
 // close stops the goroutine after the jobs handed so far.
@@ -222,10 +254,12 @@ func (f *parquetFile) failure() error {
 // so far and returns its error; the file is the caller's again.
 func (f *parquetFile) stop() error {
 	if !f.stopped {
-		f.stopped = true
 		if f.handed > 0 {
-			f.enc.barrier()
+			if err := f.enc.barrier(); err != nil {
+				return err
+			}
 		}
+		f.stopped = true
 	}
 	return f.failure()
 }
@@ -298,8 +332,7 @@ func (f *parquetFile) appendRecord(rec arrow.RecordBatch) error {
 	rec.Retain()
 	f.rows += rec.NumRows()
 	f.handed += recordBytes(rec)
-	f.enc.jobs <- encodeJob{f: f, rec: rec}
-	return nil
+	return f.enc.send(encodeJob{f: f, rec: rec})
 }
 
 // appended counts a row appended to the builders and hands a full batch
@@ -328,8 +361,7 @@ func (f *parquetFile) flushBatch() error {
 	f.buffered = 0
 	f.handed += recordBytes(rec)
 	f.reserve(rec)
-	f.enc.jobs <- encodeJob{f: f, rec: rec}
-	return nil
+	return f.enc.send(encodeJob{f: f, rec: rec})
 }
 
 // queued is the Arrow bytes handed to the encoder and not yet encoded.

@@ -343,11 +343,27 @@ func (w *Writer) fail(err error) error {
 	return err
 }
 
+// ErrClosed is returned by a writer's calls after Close.
+var ErrClosed = errors.New("deltawriter: writer is closed")
+
+// begin starts a call: the writer's error, if any, else the encoder
+// follows ctx for the call.
+func (w *Writer) begin(ctx context.Context) error {
+	if w.err != nil {
+		return w.err
+	}
+	if w.enc == nil {
+		return ErrClosed
+	}
+	w.enc.ctx = ctx
+	return nil
+}
+
 // Write applies one change to the window. A change that does not fit the
 // table returns an error wrapping ErrBadChange and writes nothing.
 func (w *Writer) Write(ctx context.Context, ch Change) error {
-	if w.err != nil {
-		return w.err
+	if err := w.begin(ctx); err != nil {
+		return err
 	}
 	key, err := w.keys.Append(w.keyBuf[:0], ch.Row)
 	w.keyBuf = key
@@ -400,6 +416,9 @@ func (w *Writer) Write(ctx context.Context, ch Change) error {
 		return w.fail(fmt.Errorf("deltawriter: index: %w", err))
 	}
 	if w.stats.Changes&255 == 0 {
+		if err := ctx.Err(); err != nil {
+			return w.fail(fmt.Errorf("deltawriter: %w", context.Cause(ctx)))
+		}
 		if err := w.account(); err != nil {
 			return w.fail(err)
 		}
@@ -698,8 +717,8 @@ func (w *Writer) flushPositionDeletes(ln *lane) error {
 
 // Flush closes the open data files early; the next row starts new ones.
 func (w *Writer) Flush(ctx context.Context) error {
-	if w.err != nil {
-		return w.err
+	if err := w.begin(ctx); err != nil {
+		return err
 	}
 	for _, ln := range w.lanes {
 		if ln.data != nil {
@@ -726,8 +745,8 @@ func (w *Writer) BufferedBytes() int64 {
 // stay on storage: committing them is the caller's (or the
 // coordinator's), removing them on failure is Discard's.
 func (w *Writer) PrepareCommit(ctx context.Context) (commit.Payload, error) {
-	if w.err != nil {
-		return commit.Payload{}, w.err
+	if err := w.begin(ctx); err != nil {
+		return commit.Payload{}, err
 	}
 	if err := w.account(); err != nil {
 		return commit.Payload{}, w.fail(err)
@@ -738,6 +757,9 @@ func (w *Writer) PrepareCommit(ctx context.Context) (commit.Payload, error) {
 	}
 	slices.SortFunc(lanes, func(a, b *lane) int { return strings.Compare(a.path, b.path) })
 	for _, ln := range lanes {
+		if err := ctx.Err(); err != nil {
+			return commit.Payload{}, w.fail(fmt.Errorf("deltawriter: preparing the commit: %w", context.Cause(ctx)))
+		}
 		if ln.data != nil {
 			if err := w.closeData(ln); err != nil {
 				return commit.Payload{}, w.fail(err)
@@ -778,6 +800,12 @@ func (w *Writer) PrepareCommit(ctx context.Context) (commit.Payload, error) {
 // Abort drops the current window: its open and finished files are removed
 // and the index is reset. The writer is usable again afterwards.
 func (w *Writer) Abort(ctx context.Context) error {
+	// Removing a file waits for the encoder to finish with it, whatever
+	// the context: the queue is short, and a file must not be removed
+	// while the encoder writes it.
+	if w.enc != nil {
+		w.enc.ctx = context.Background()
+	}
 	var errs []error
 	for _, ln := range w.lanes {
 		if ln.data != nil {
