@@ -3,6 +3,7 @@ package dedup
 import (
 	"bytes"
 	"cmp"
+	"math/bits"
 	"slices"
 )
 
@@ -52,6 +53,27 @@ func (m *memtable) growthBytes(keyLen int) int64 {
 	return g
 }
 
+// home is the first slot a hash probes: bits 32 and up of the hash. The
+// low bits route keys to vnodes (hash mod the vnode count), so the keys of
+// one writer share them; slots taken from them would cluster (mean probes
+// 1.5 with one writer, 34 with four, 58 with sixteen).
+func home(hash, mask uint64) uint64 { return bits.RotateLeft64(hash, 32) & mask }
+
+// meanProbes is the mean number of slots a lookup of a present key reads.
+func (m *memtable) meanProbes() float64 {
+	if len(m.entries) == 0 {
+		return 0
+	}
+	mask := uint64(len(m.slots) - 1)
+	var n uint64
+	for i, s := range m.slots {
+		if s != 0 {
+			n += (uint64(i)-home(m.entries[s-1].hash, mask))&mask + 1
+		}
+	}
+	return float64(n) / float64(len(m.entries))
+}
+
 func (m *memtable) key(e *memEntry) []byte { return m.arena[e.keyOff : e.keyOff+e.keyLen] }
 
 // find returns the slot index for key: either the slot holding it (found)
@@ -61,7 +83,7 @@ func (m *memtable) find(hash uint64, key []byte) (int, bool) {
 		return -1, false
 	}
 	mask := uint64(len(m.slots) - 1)
-	for i := hash & mask; ; i = (i + 1) & mask {
+	for i := home(hash, mask); ; i = (i + 1) & mask {
 		s := m.slots[i]
 		if s == 0 {
 			return int(i), false
@@ -108,7 +130,7 @@ func (m *memtable) rehash(n int) {
 	}
 	mask := uint64(n - 1)
 	for idx := range m.entries {
-		i := m.entries[idx].hash & mask
+		i := home(m.entries[idx].hash, mask)
 		for m.slots[i] != 0 {
 			i = (i + 1) & mask
 		}
