@@ -27,6 +27,10 @@ type driverOptions struct {
 // Default: 100ms.
 func WithTick(d time.Duration) Option { return func(o *driverOptions) { o.tick = d } }
 
+// DefaultTick is the driver's tick unless WithTick sets another: the unit
+// of Config's timeouts.
+const DefaultTick = 100 * time.Millisecond
+
 // WithCommitTimeout bounds each commit attempt; the committer's context is
 // cancelled after it, and the attempt counts as failed. Default: 5 minutes.
 func WithCommitTimeout(d time.Duration) Option {
@@ -64,7 +68,7 @@ type request struct {
 // recorded, unconfirmed epoch first, through committer) and starts its loop.
 // The loop runs until Close, ctx's cancellation, or a failure (ErrFailed).
 func Start(ctx context.Context, cfg Config, committer EpochCommitter, store StateStore, opts ...Option) (*Coordinator, error) {
-	o := driverOptions{tick: 100 * time.Millisecond, commitTimeout: 5 * time.Minute, logger: slog.Default()}
+	o := driverOptions{tick: DefaultTick, commitTimeout: 5 * time.Minute, logger: slog.Default()}
 	for _, opt := range opts {
 		opt(&o)
 	}

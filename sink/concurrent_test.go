@@ -3,6 +3,7 @@ package sink_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"maps"
 	"os"
 	"path/filepath"
@@ -10,7 +11,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/icesink/icesink/changelog"
 	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/coordinator"
 	"github.com/icesink/icesink/deltawriter"
 	"github.com/icesink/icesink/sink"
 	"github.com/icesink/icesink/warehouse"
@@ -263,4 +267,36 @@ func newWarehouse(t *testing.T) (*warehouse.Warehouse, table.Identifier) {
 		t.Fatal(err)
 	}
 	return wh, ident
+}
+
+// The coordinator's waits follow Config.Timeouts: an epoch that half the
+// vnodes never report fails after the configured alignment timeout, with
+// an error naming the missing vnodes, instead of after the default 60 s.
+func TestAlignTimeoutFromConfig(t *testing.T) {
+	ctx := context.Background()
+	wh, ident := newWarehouse(t)
+	coord, stop, err := sink.StartCoordinator(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "s",
+		Timeouts: sink.Timeouts{Align: 300 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	half := roaring.New()
+	half.AddRange(0, 128)
+	sess, err := coord.Connect(ctx, half)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sess.Close()
+	began := time.Now()
+	_, err = sess.Checkpoint(ctx, 1, 0, false)
+	if !errors.Is(err, coordinator.ErrTimeout) || !strings.Contains(err.Error(), "128-255") {
+		t.Fatalf("got %v, want a timeout naming vnodes 128-255", err)
+	}
+	if d := time.Since(began); d > 30*time.Second {
+		t.Fatalf("timed out after %v, with a 300ms alignment timeout", d)
+	}
+	if _, _, err := sink.StartCoordinator(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, Timeouts: sink.Timeouts{Payload: -time.Second}}); err == nil {
+		t.Fatal("a negative timeout was accepted")
+	}
 }

@@ -89,10 +89,45 @@ type Config struct {
 	// fingerprint of the input's first bytes when the Source can give one
 	// (changelog.Decoder.Identity).
 	InputID string
+	// Timeouts bound the coordinator's waits; zero fields take their
+	// defaults.
+	Timeouts Timeouts
 	// Logger receives the coordinator's log: its decisions (joins, epochs
 	// committed, writers that left, aborts) at Debug level, failures at
 	// Warn and Error. Default slog.Default().
 	Logger *slog.Logger
+}
+
+// Timeouts bound what the coordinator waits for. A wait that runs out
+// fails the epoch with a coordinator.TimeoutError naming what was missing
+// (vnodes, writers); the sink then stops and a rerun redoes the epoch.
+type Timeouts struct {
+	// Align is how long an epoch waits, from its first report, for every
+	// vnode's report. Default 60s.
+	Align time.Duration
+	// Payload is how long a commit epoch waits, from its decision, for
+	// every writer's payload. Default 60s.
+	Payload time.Duration
+	// Commit bounds each attempt to commit an epoch to the catalog.
+	// Default 5m.
+	Commit time.Duration
+}
+
+// check reports a negative timeout.
+func (t Timeouts) check() error {
+	if t.Align < 0 || t.Payload < 0 || t.Commit < 0 {
+		return fmt.Errorf("sink: negative timeout in %+v", t)
+	}
+	return nil
+}
+
+// ticks converts a timeout into the coordinator's ticks (0 stays 0, the
+// default; anything shorter than a tick is one tick).
+func ticks(d time.Duration) int {
+	if d <= 0 {
+		return 0
+	}
+	return int(max((d+coordinator.DefaultTick-1)/coordinator.DefaultTick, 1))
 }
 
 func (c Config) withDefaults() Config {
@@ -289,6 +324,9 @@ func StartCoordinator(ctx context.Context, cfg Config) (c *coordinator.Coordinat
 	if err := warehouse.CheckName(cfg.SinkID); err != nil {
 		return nil, nil, fmt.Errorf("sink id: %w", err)
 	}
+	if err := cfg.Timeouts.check(); err != nil {
+		return nil, nil, err
+	}
 	cm, err := commit.NewCommitter(ctx, cfg.Loader, cfg.Ident, cfg.SinkID)
 	if err != nil {
 		return nil, nil, err
@@ -315,8 +353,12 @@ func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*c
 	if cfg.Logger != nil {
 		opts = append(opts, coordinator.WithLogger(cfg.Logger))
 	}
+	if cfg.Timeouts.Commit > 0 {
+		opts = append(opts, coordinator.WithCommitTimeout(cfg.Timeouts.Commit))
+	}
 	coord, err := coordinator.Start(ctx, coordinator.Config{
 		Vnodes: cfg.Vnodes, CommitInterval: cfg.CommitInterval, CommitBytes: cfg.CommitBytes,
+		AlignTimeout: ticks(cfg.Timeouts.Align), PayloadTimeout: ticks(cfg.Timeouts.Payload),
 		Job: jobOf(cm.Table(), cfg.SinkID),
 	}, ec, store, opts...)
 	if err != nil {
@@ -397,6 +439,9 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	cfg = cfg.withDefaults()
 	if err := warehouse.CheckName(cfg.SinkID); err != nil {
 		return res, fmt.Errorf("sink id: %w", err)
+	}
+	if err := cfg.Timeouts.check(); err != nil {
+		return res, err
 	}
 	began := time.Now()
 	ctx, cancel := context.WithCancel(ctx)

@@ -442,6 +442,8 @@ func TestFailedValidationCreatesNoTable(t *testing.T) {
 		"negative checkpoint rows":        {"--schema", good, "--input", in, "--checkpoint-rows", "-5"},
 		"zero vnodes":                     {"--schema", good, "--input", in, "--vnode-count", "0"},
 		"remote writer's commit-interval": {"--schema", good, "--input", in, "--coordinator", "127.0.0.1:1", "--vnodes", "0-255", "--commit-interval", "3"},
+		"remote writer's align-timeout":   {"--schema", good, "--input", in, "--coordinator", "127.0.0.1:1", "--vnodes", "0-255", "--align-timeout", "5s"},
+		"zero align timeout":              {"--schema", good, "--input", in, "--align-timeout", "0s"},
 	} {
 		wh := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
 		_, stderr, code := icesink(t, append([]string{"run", "--warehouse", wh, "--table", "db.t"}, extra...)...)

@@ -34,6 +34,8 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	sf.register(fs)
 	var rf retentionFlags
 	rf.register(fs)
+	var tof timeoutFlags
+	tof.register(fs)
 	var secf securityFlags
 	secf.register(fs, true)
 	verbose := fs.Bool("v", false, "log the coordinator's decisions (writers joining and leaving, epochs committed, aborts) to stderr")
@@ -47,6 +49,10 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 		return fmt.Errorf("%w: --sink-id: %v", errUsage, err)
 	}
 	retention, err := rf.retention()
+	if err != nil {
+		return err
+	}
+	timeouts, err := tof.timeouts()
 	if err != nil {
 		return err
 	}
@@ -88,7 +94,7 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	c, stop, err := sink.StartCoordinator(ctx, sink.Config{
 		Loader: wh.Catalog, Ident: ident, SinkID: *sinkID, CommitInterval: *interval,
-		CommitBytes: cb, Vnodes: *vnodeCount, StateDir: *stateDir, Retention: retention,
+		CommitBytes: cb, Vnodes: *vnodeCount, StateDir: *stateDir, Retention: retention, Timeouts: timeouts,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {

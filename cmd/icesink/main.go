@@ -20,6 +20,7 @@ import (
 
 	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/coordinator/coordgrpc"
+	"github.com/icesink/icesink/sink"
 )
 
 const usage = `icesink writes upsert (CDC) streams into Apache Iceberg tables.
@@ -228,6 +229,23 @@ func (r *retentionFlags) retention() (*commit.Retention, error) {
 		return nil, fmt.Errorf("%w: --retain-snapshots, --max-manifests and --expire-older-than must not be negative", errUsage)
 	}
 	return &commit.Retention{RetainSnapshots: r.retain, OlderThan: r.olderThan, MaxDataManifests: r.maxManifests, MaxDeleteManifests: r.maxManifests}, nil
+}
+
+// timeoutFlags bound the coordinator's waits (sink.Timeouts): `run` (its
+// in-process coordinator) and `coordinator` take them.
+type timeoutFlags struct{ align, payload, commit time.Duration }
+
+func (t *timeoutFlags) register(fs *flag.FlagSet) {
+	fs.DurationVar(&t.align, "align-timeout", 60*time.Second, "fail an epoch whose vnodes have not all reported within this `DURATION` of its first report")
+	fs.DurationVar(&t.payload, "payload-timeout", 60*time.Second, "fail a commit epoch whose writers have not all sent their files within this `DURATION` of its decision")
+	fs.DurationVar(&t.commit, "commit-timeout", 5*time.Minute, "give up one attempt to commit an epoch to the catalog after this `DURATION` (it is retried)")
+}
+
+func (t *timeoutFlags) timeouts() (sink.Timeouts, error) {
+	if t.align <= 0 || t.payload <= 0 || t.commit <= 0 {
+		return sink.Timeouts{}, fmt.Errorf("%w: --align-timeout, --payload-timeout and --commit-timeout must be positive", errUsage)
+	}
+	return sink.Timeouts{Align: t.align, Payload: t.payload, Commit: t.commit}, nil
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) error {

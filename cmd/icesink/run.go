@@ -52,6 +52,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	spillDir := fs.String("spill-dir", "", "`DIR` for the index's spill runs (default: the OS temp dir; a private subfolder per writer)")
 	var rf retentionFlags
 	rf.register(fs)
+	var tof timeoutFlags
+	tof.register(fs)
 	var secf securityFlags
 	secf.register(fs, false)
 	inputID := fs.String("input-id", "", "a `NAME` for the input, recorded with every commit and checked on resume (default: a fingerprint of its first 4 KiB)")
@@ -102,7 +104,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		var decided []string // flags whose decision is the coordinator's
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
-			case "commit-interval", "commit-bytes", "retain-snapshots", "expire-older-than", "max-manifests", "state-dir":
+			case "commit-interval", "commit-bytes", "retain-snapshots", "expire-older-than", "max-manifests", "state-dir",
+				"align-timeout", "payload-timeout", "commit-timeout":
 				decided = append(decided, "--"+f.Name)
 			}
 		})
@@ -111,6 +114,10 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		}
 	}
 	retention, err := rf.retention()
+	if err != nil {
+		return err
+	}
+	timeouts, err := tof.timeouts()
 	if err != nil {
 		return err
 	}
@@ -167,6 +174,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		Vnodes:         *vnodeCount,
 		StateDir:       *stateDir,
 		Retention:      retention,
+		Timeouts:       timeouts,
 		InputID:        *inputID,
 	}
 	if cfg.StateDir == "" {
