@@ -192,6 +192,24 @@ type Result struct {
 // holds an epoch >= epoch of this sink, nothing is committed
 // (AlreadyCommitted).
 //
+// ErrForeignPayload is returned for a payload written for another table
+// or another sink.
+var ErrForeignPayload = errors.New("payload written for another table or sink")
+
+// CheckPayload reports a payload this committer must not commit: one of
+// another sink, or one written for another table (another UUID: for
+// example a coordinator's state folder of another table, or of a table
+// since dropped and created again).
+func (c *Committer) CheckPayload(p *Payload) error {
+	if p.SinkID != "" && p.SinkID != c.sinkID {
+		return fmt.Errorf("%w: writer %d's payload is of sink %q, this committer's is %q", ErrForeignPayload, p.Writer, p.SinkID, c.sinkID)
+	}
+	if uuid := c.Table().Metadata().TableUUID().String(); p.TableUUID != "" && p.TableUUID != uuid {
+		return fmt.Errorf("%w: writer %d's payload was written for table UUID %s, table %v has UUID %s", ErrForeignPayload, p.Writer, p.TableUUID, c.Table().Identifier(), uuid)
+	}
+	return nil
+}
+
 // A commit that failed with nothing committed (the branch moved under it:
 // another sink, a foreign append, a maintenance job) is retried, bounded,
 // with backoff, on a freshly loaded table, after checking that the epoch is
@@ -203,8 +221,8 @@ func (c *Committer) Commit(ctx context.Context, epoch uint64, payloads []Payload
 	var res Result
 	nfiles := 0
 	for i := range payloads {
-		if payloads[i].SinkID != "" && payloads[i].SinkID != c.sinkID {
-			return res, fmt.Errorf("commit: epoch %d: payload of sink %q given to the committer of sink %q", epoch, payloads[i].SinkID, c.sinkID)
+		if err := c.CheckPayload(&payloads[i]); err != nil {
+			return res, fmt.Errorf("commit: epoch %d: %w", epoch, err)
 		}
 		nfiles += len(payloads[i].Files)
 	}

@@ -49,8 +49,11 @@ type File struct {
 // Payload is everything one writer's window wrote: the files that must be
 // committed together, in one snapshot, or not at all.
 type Payload struct {
-	Version       int    `json:"version"`
-	SinkID        string `json:"sink_id"`
+	Version int    `json:"version"`
+	SinkID  string `json:"sink_id"`
+	// TableUUID is the UUID of the table the files were written for;
+	// empty in payloads of releases before it was recorded.
+	TableUUID     string `json:"table_uuid,omitempty"`
 	Writer        int    `json:"writer"`
 	SchemaID      int    `json:"schema_id"`
 	SpecID        int    `json:"spec_id"`

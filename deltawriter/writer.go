@@ -170,6 +170,7 @@ type Writer struct {
 	spec      iceberg.PartitionSpec
 	props     iceberg.Properties
 	version   int
+	tableUUID string
 	fs        iceio.WriteFileIO
 	locs      table.LocationProvider
 	keys      *KeyCodec
@@ -298,6 +299,7 @@ func New(ctx context.Context, tbl *table.Table, opts Options) (*Writer, error) {
 		spec:      tbl.Spec(),
 		props:     props,
 		version:   meta.Version(),
+		tableUUID: meta.TableUUID().String(),
 		fs:        wfs,
 		locs:      locs,
 		keys:      keys,
@@ -783,6 +785,7 @@ func (w *Writer) PrepareCommit(ctx context.Context) (commit.Payload, error) {
 	p := commit.Payload{
 		Version:       commit.PayloadVersion,
 		SinkID:        w.opts.SinkID,
+		TableUUID:     w.tableUUID,
 		Writer:        w.opts.Writer,
 		SchemaID:      w.schema.ID,
 		SpecID:        w.spec.ID(),

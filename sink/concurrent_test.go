@@ -22,6 +22,7 @@ import (
 	"github.com/icesink/icesink/changelog"
 	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/coordinator"
+	"github.com/icesink/icesink/coordinator/statestore"
 	"github.com/icesink/icesink/deltawriter"
 	"github.com/icesink/icesink/sink"
 	"github.com/icesink/icesink/warehouse"
@@ -299,4 +300,85 @@ func TestAlignTimeoutFromConfig(t *testing.T) {
 	if _, _, err := sink.StartCoordinator(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, Timeouts: sink.Timeouts{Payload: -time.Second}}); err == nil {
 		t.Fatal("a negative timeout was accepted")
 	}
+}
+
+// A coordinator's state folder holding another table's recorded epoch is
+// refused at start, before recovery would commit that table's files into
+// this one; the table it belongs to recovers the epoch.
+func TestRefusesAnotherTablesState(t *testing.T) {
+	ctx := context.Background()
+	wh, ident := newWarehouse(t)
+	other := table.Identifier{"db", "other"}
+	if _, _, err := wh.LoadOrCreate(ctx, other, warehouse.TableSpec{Schema: fuzzSchema}); err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := wh.Catalog.LoadTable(ctx, ident)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := deltawriter.New(ctx, tbl, deltawriter.Options{SinkID: "s", SpillDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	if err := w.Write(ctx, deltawriter.Change{Op: deltawriter.Insert, Row: []any{int64(7), "k", int32(1), decimalOf(5)}}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := w.PrepareCommit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.InputPosition = 1
+	b, err := p.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The state a coordinator of ident leaves when it crashes between
+	// recording epoch 1 and committing it.
+	dir := t.TempDir()
+	st, err := statestore.Open(ctx, statestore.Options{Dir: dir, InFileEnabled: true, NoStateError: coordinator.ErrNoState})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := roaring.New()
+	all.AddRange(0, 256)
+	state := coordinator.State{Epochs: []coordinator.RecordedEpoch{{Epoch: 1, Parts: []coordinator.EpochPart{{Writer: 1, Vnodes: all, Payload: b}}}}}
+	if err := st.Save(ctx, 1, coordinator.EncodeState(state)); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	_, _, err = sink.StartCoordinator(ctx, sink.Config{Loader: wh.Catalog, Ident: other, SinkID: "s", StateDir: dir})
+	if !errors.Is(err, commit.ErrForeignPayload) || !strings.Contains(err.Error(), dir) {
+		t.Fatalf("another table's state: got %v, want ErrForeignPayload naming %s", err, dir)
+	}
+	if n := len(liveRowsOf(t, ctx, wh, other)); n != 0 {
+		t.Fatalf("the other table holds %d rows", n)
+	}
+	_, stop, err := sink.StartCoordinator(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "s", StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(liveRowsOf(t, ctx, wh, ident)) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("the recorded epoch was not recovered into its own table")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// liveRowsOf loads ident afresh and reads its live rows.
+func liveRowsOf(t *testing.T, ctx context.Context, wh *warehouse.Warehouse, ident table.Identifier) map[string][]any {
+	t.Helper()
+	tbl, err := wh.Catalog.LoadTable(ctx, ident)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return liveRows(t, ctx, tbl)
 }

@@ -348,6 +348,10 @@ func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*c
 			return nil, nil, nil, err
 		}
 		store, closeStore = st, st.Close
+		if err := checkRecorded(ctx, st, cm); err != nil {
+			closeStore()
+			return nil, nil, nil, fmt.Errorf("the coordinator's state in %s does not belong to table %v: %w (move that folder away to start afresh; the files of its epochs are then left as orphans)", cfg.StateDir, cfg.Ident, err)
+		}
 	}
 	var opts []coordinator.Option
 	if cfg.Logger != nil {
@@ -367,6 +371,41 @@ func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*c
 	}
 	stop := func() error { return errors.Join(coord.Close(), closeStore()) }
 	return coord, ec, stop, nil
+}
+
+// checkRecorded refuses a state store whose recorded, uncommitted epochs
+// hold payloads the committer must not commit (another table's files, or
+// another sink's), before the coordinator would commit them on recovery.
+func checkRecorded(ctx context.Context, store coordinator.StateStore, cm *commit.Committer) error {
+	_, b, err := store.Latest(ctx)
+	if errors.Is(err, coordinator.ErrNoState) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	st, err := coordinator.DecodeState(b)
+	if err != nil {
+		return err
+	}
+	for _, e := range st.Epochs {
+		if e.Epoch <= st.LastCommitted {
+			continue
+		}
+		for _, part := range e.Parts {
+			if len(part.Payload) == 0 {
+				continue
+			}
+			p, err := commit.UnmarshalPayload(part.Payload)
+			if err != nil {
+				return fmt.Errorf("recorded epoch %d: %w", e.Epoch, err)
+			}
+			if err := cm.CheckPayload(&p); err != nil {
+				return fmt.Errorf("recorded epoch %d: %w", e.Epoch, err)
+			}
+		}
+	}
+	return nil
 }
 
 // removeOrphans deletes the files under tbl's data location that are
