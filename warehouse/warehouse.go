@@ -40,8 +40,15 @@ type Warehouse struct {
 	db       *sql.DB
 }
 
+// ErrUnsupported is returned for a warehouse location icesink cannot use
+// yet (object storage).
+var ErrUnsupported = errors.New("not supported")
+
 // Open opens (creating when absent) the warehouse in dir.
 func Open(ctx context.Context, dir string, opts Options) (*Warehouse, error) {
+	if scheme, _, ok := strings.Cut(dir, "://"); ok && !strings.ContainsAny(scheme, `/\`) {
+		return nil, fmt.Errorf("warehouse %s: %w: the warehouse must be a local folder for now (%s:// object storage is planned)", dir, ErrUnsupported, scheme)
+	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, fmt.Errorf("warehouse %s: %w", dir, err)

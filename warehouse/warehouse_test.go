@@ -2,6 +2,7 @@ package warehouse_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -147,4 +148,20 @@ func TestReadOnlyWarehouseNamed(t *testing.T) {
 		t.Fatalf("got %v, want an error naming %s and why", err, dir)
 	}
 	t.Log(err)
+}
+
+// An object-store warehouse is refused by name, and nothing is created
+// locally (before, "s3://b/w" became a local folder "s3:/b/w").
+func TestObjectStoreWarehouseRefused(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	for _, loc := range []string{"s3://bucket/wh", "gs://b/w", "abfss://c@a.dfs.core.windows.net/w"} {
+		_, err := warehouse.Open(context.Background(), loc, warehouse.Options{})
+		if !errors.Is(err, warehouse.ErrUnsupported) || !strings.Contains(err.Error(), loc) {
+			t.Errorf("%s: got %v, want ErrUnsupported naming it", loc, err)
+		}
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("created %v", ents)
+	}
 }
