@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 
 	"github.com/apache/iceberg-go"
@@ -42,22 +43,26 @@ type Record struct {
 // Decoder reads changelog lines from an input and decodes them into
 // changes typed by an Iceberg schema. It is not safe for concurrent use.
 type Decoder struct {
-	br       *bufio.Reader
-	format   Format
-	plan     *plan
-	maxLine  int
-	line     int64  // lines consumed
-	long     []byte // assembles lines longer than the read buffer
-	sc       scanner
-	tmp      []byte // number digits
-	changes  [2]deltawriter.Change
-	slab     []any    // unused row slots
-	slabRows int      // rows in the last slab allocated
-	seen     []uint32 // per column: stamp of the last row object that set it
-	stamp    uint32
-	err      error // sticky read error
-	head     *headReader
-	consumed int64 // bytes of the lines consumed
+	br     *bufio.Reader
+	format Format
+	plan   *plan
+	base   []column // plan.cols with the options' encodings
+	cols   []column // the columns as the current line spells them
+	// schemaRaw is the Kafka Connect schema the columns follow (nil: none).
+	schemaRaw []byte
+	maxLine   int
+	line      int64  // lines consumed
+	long      []byte // assembles lines longer than the read buffer
+	sc        scanner
+	tmp       []byte // number digits
+	changes   [2]deltawriter.Change
+	slab      []any    // unused row slots
+	slabRows  int      // rows in the last slab allocated
+	seen      []uint32 // per column: stamp of the last row object that set it
+	stamp     uint32
+	err       error // sticky read error
+	head      *headReader
+	consumed  int64 // bytes of the lines consumed
 }
 
 // identityBytes is how much of the input's head Identity covers.
@@ -81,7 +86,7 @@ func (h *headReader) Read(p []byte) (int, error) {
 // schema must have identifier fields (the key; every one a required
 // top-level primitive column, not float or double) and only primitive
 // columns.
-func NewDecoder(r io.Reader, format Format, schema *iceberg.Schema) (*Decoder, error) {
+func NewDecoder(r io.Reader, format Format, schema *iceberg.Schema, opts ...Option) (*Decoder, error) {
 	if format != ChangelogJSON && format != DebeziumJSON {
 		return nil, fmt.Errorf("changelog: unknown input format %v", format)
 	}
@@ -90,14 +95,22 @@ func NewDecoder(r io.Reader, format Format, schema *iceberg.Schema) (*Decoder, e
 		return nil, err
 	}
 	head := &headReader{r: r}
-	return &Decoder{
+	d := &Decoder{
 		head:    head,
 		br:      bufio.NewReaderSize(head, readBufferSize),
 		format:  format,
 		plan:    p,
+		base:    slices.Clone(p.cols),
 		maxLine: MaxLineSize,
 		seen:    make([]uint32, len(p.cols)),
-	}, nil
+	}
+	d.cols = d.base
+	for _, o := range opts {
+		if err := o(d); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
 }
 
 // Line returns the number of input lines consumed so far (decoded, skipped
@@ -422,6 +435,8 @@ type envelope struct {
 	before, after         []any // nil when null
 	havePayload, nullPay  bool
 	barrier, haveBarrier  bool
+	haveSchema, schema    bool // a schema member; a non-null one
+	redo                  bool // decode the line again: the schema came after rows
 }
 
 // debeziumLine decodes one Debezium event line; skip reports a tombstone.
@@ -444,12 +459,30 @@ func (d *Decoder) debeziumLine() (rec Record, skip bool, err error) {
 		}
 		return Record{}, false, kindErrf(ErrRecord, "a debezium-json line must be a JSON object or null, got %s", jsonKind(c))
 	}
+	start := s.pos
 	var top, pay envelope
-	if err := d.envelope(&top, &pay); err != nil {
+	err = d.envelope(&top, &pay)
+	if err != nil && !top.haveSchema && bytes.Contains(s.buf[start:], []byte(`"schema"`)) {
+		// A row may have failed for want of a schema further on: decode
+		// the line again if it has one that changes the spellings.
+		if changed, ferr := d.laterSchema(start); ferr == nil && changed {
+			s.pos = start
+			top, pay = envelope{}, envelope{}
+			err = d.envelope(&top, &pay)
+		}
+	}
+	if err != nil {
 		return Record{}, false, err
 	}
 	if err := s.end(); err != nil {
 		return Record{}, false, err
+	}
+	if !top.schema && d.dropSchema() || top.redo {
+		s.pos = start
+		top, pay = envelope{}, envelope{}
+		if err := d.envelope(&top, &pay); err != nil {
+			return Record{}, false, err
+		}
 	}
 	if top.barrier {
 		if top.op != 0 || top.haveBefore || top.haveAfter || top.havePayload {
@@ -585,6 +618,26 @@ func (d *Decoder) envelope(e, pay *envelope) error {
 				}
 				return fieldErr("payload", kindErrf(ErrRecord, "payload must be an object or null, got %s", jsonKind(c)))
 			}
+		case pay != nil && string(k) == "schema":
+			if e.haveSchema {
+				return duplicate("schema")
+			}
+			e.haveSchema = true
+			s.ws()
+			start := s.pos
+			if err := s.skip(1); err != nil {
+				return err
+			}
+			if s.buf[start] != 'n' {
+				changed, err := d.useSchema(s.buf[start:s.pos])
+				if err != nil {
+					return err
+				}
+				// Rows decoded before the schema was seen used the old
+				// spellings: the line is decoded again.
+				e.redo = changed && (e.havePayload || e.haveBefore || e.haveAfter)
+				e.schema = true
+			}
 		case pay != nil && string(k) == "barrier":
 			if e.haveBarrier {
 				return duplicate("barrier")
@@ -637,7 +690,7 @@ func (d *Decoder) row(member, where string) ([]any, uint32, error) {
 		d.stamp = 1
 	}
 	stamp := d.stamp
-	cols := d.plan.cols
+	cols := d.cols
 	row := d.newRow()
 	empty, err := s.beginObject()
 	if err != nil {

@@ -85,12 +85,38 @@
 //	fixed(L)       the same, decoding to exactly L bytes
 //
 // A string "holding a number" holds exactly the JSON number grammar: no
-// spaces, no '+', no leading zeros. Integer times and timestamps are
-// rejected because their unit is ambiguous (Debezium sends milli-, micro-
-// or nanoseconds depending on the column and time.precision.mode); have
-// the producer send strings (Debezium's ZonedTimestamp already is one).
-// Debezium's default decimal.handling.mode=precise (base64 of the unscaled
-// bytes) is rejected too; use decimal.handling.mode=string.
+// spaces, no '+', no leading zeros.
+//
+// # Debezium's encodings
+//
+// Debezium spells some values by their source column's logical type. An
+// event with a Kafka Connect schema ({"schema":...,"payload":...}, the
+// JsonConverter's default schemas.enable=true) names that type per column,
+// and the decoder follows it (the schema is parsed once while it repeats):
+//
+//	org.apache.kafka.connect.data.Decimal  base64 of the big-endian two's-complement
+//	                                      unscaled value at the schema's scale
+//	                                      (decimal.handling.mode=precise, the
+//	                                      default), converted exactly to the column
+//	io.debezium.time.Timestamp, Time,     integer milliseconds since the epoch or
+//	Kafka Connect Timestamp, Time         midnight
+//	io.debezium.time.MicroTimestamp,      integer microseconds
+//	MicroTime
+//	io.debezium.time.NanoTimestamp,       integer nanoseconds (a sub-microsecond
+//	NanoTime                              remainder is an error)
+//	io.debezium.time.Date                 integer days (accepted anyway)
+//	io.debezium.time.ZonedTimestamp       an RFC 3339 string (accepted anyway)
+//	io.debezium.data.VariableScaleDecimal an error: use decimal.handling.mode=precise
+//	                                      or string
+//
+// Events without a schema (schemas.enable=false) do not say which unit an
+// integer timestamp has, nor whether a decimal string is base64:
+// WithDebezium says it for the whole input (icesink run --debezium-decimal,
+// --debezium-time-unit); without it, integers in time and timestamp
+// columns are refused and decimal strings hold numbers
+// (decimal.handling.mode=string). decimal.handling.mode=double gives JSON
+// numbers, accepted as any number. The other spellings (strings, numbers)
+// stay accepted in every column whatever the schema says.
 //
 // All of the line must be RFC 8259 JSON, ignored members included: invalid
 // UTF-8, unpaired surrogate escapes and nesting deeper than 512 are errors

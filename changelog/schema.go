@@ -34,9 +34,11 @@ type column struct {
 	kind     kind
 	required bool
 	key      bool
-	prec     int // decimal precision
-	scale    int // decimal scale
-	size     int // fixed length
+	prec     int      // decimal precision
+	scale    int      // decimal scale
+	size     int      // fixed length
+	enc      encoding // a Debezium spelling (see debezium.go); 0: the default
+	encScale int      // the scale of an encDecimalBytes value
 }
 
 // plan is the decoding plan for a schema: its columns in schema order, the

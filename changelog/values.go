@@ -53,6 +53,11 @@ func (s *scanner) value(c *column, tmp *[]byte) (any, error) {
 		}
 		return nil, nil
 	}
+	if c.enc != encDefault {
+		if v, ok, err := s.encoded(c, first); ok {
+			return v, err
+		}
+	}
 	switch c.kind {
 	case kBool:
 		switch first {

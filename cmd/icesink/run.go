@@ -28,6 +28,30 @@ import (
 	"github.com/icesink/icesink/warehouse"
 )
 
+// debeziumOptions parses --debezium-decimal and --debezium-time-unit.
+func debeziumOptions(decimal, unit string) (changelog.DebeziumOptions, error) {
+	var o changelog.DebeziumOptions
+	switch decimal {
+	case "precise":
+		o.DecimalBase64 = true
+	case "string":
+	default:
+		return o, fmt.Errorf("%w: --debezium-decimal %q: want precise or string (for decimal.handling.mode=double, string works: the values are JSON numbers)", errUsage, decimal)
+	}
+	switch unit {
+	case "":
+	case "ms":
+		o.TimeUnit = time.Millisecond
+	case "us", "µs":
+		o.TimeUnit = time.Microsecond
+	case "ns":
+		o.TimeUnit = time.Nanosecond
+	default:
+		return o, fmt.Errorf("%w: --debezium-time-unit %q: want ms, us or ns", errUsage, unit)
+	}
+	return o, nil
+}
+
 func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -37,6 +61,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	sf.register(fs)
 	input := fs.String("input", "", "input `FILE`, or - for standard input")
 	format := fs.String("format", "changelog-json", "input format: changelog-json or debezium-json")
+	dbzDecimal := fs.String("debezium-decimal", "string", "debezium-json events without a schema: decimals as the connector's decimal.handling.mode spells them, `MODE` precise (base64) or string (events with a schema say it themselves)")
+	dbzTime := fs.String("debezium-time-unit", "", "debezium-json events without a schema: the `UNIT` of integer times and timestamps, ms, us or ns (default: integers there are refused)")
 	mode := fs.String("mode", "upsert", "upsert (inserts replace any row of the key) or changelog (trusted -U/+U pairs)")
 	ckRows := fs.Int64("checkpoint-rows", 100000, "end a checkpoint every `N` input rows (besides barrier lines)")
 	interval := fs.Uint64("commit-interval", 1, "commit every `K` checkpoints")
@@ -75,6 +101,10 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	fmtv, err := changelog.ParseFormat(*format)
 	if err != nil {
 		return fmt.Errorf("%w: --format: %v", errUsage, err)
+	}
+	dbz, err := debeziumOptions(*dbzDecimal, *dbzTime)
+	if err != nil {
+		return err
 	}
 	m, err := deltawriter.ParseMode(*mode)
 	if err != nil {
@@ -158,7 +188,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := deltawriter.CheckTable(tbl.Schema(), &ps); err != nil {
 		return fmt.Errorf("table %s: %w", tf.table, err)
 	}
-	dec, err := changelog.NewDecoder(in, fmtv, tbl.Schema())
+	dec, err := changelog.NewDecoder(in, fmtv, tbl.Schema(), changelog.WithDebezium(dbz))
 	if err != nil {
 		return fmt.Errorf("table %s: %w", tf.table, err)
 	}
