@@ -213,9 +213,9 @@ func TestWriteStopsOnCancelWhileEncoderStalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The files are open (their headers written); from now on the
-	// encoder's row-group writes stall.
-	for i := range 8 {
+	// Two batches: the files are open (their headers written); from now
+	// on the encoder's row-group writes stall.
+	for i := range 32 {
 		if err := w.Write(ctx, deltawriter.Change{Op: deltawriter.Insert, Row: []any{int64(-1 - i), "v"}}); err != nil {
 			t.Fatal(err)
 		}

@@ -238,7 +238,7 @@ func TestBadChangesWriteNothing(t *testing.T) {
 func TestAbortRemovesWindowFiles(t *testing.T) {
 	e := newEnv(t, simpleSchema, nil)
 	ctx := context.Background()
-	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", TargetFileSize: 4 << 10})
+	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", TargetFileSize: 4 << 10, BatchRows: 256})
 	if err != nil {
 		t.Fatal(err)
 	}

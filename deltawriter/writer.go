@@ -1,6 +1,7 @@
 package deltawriter
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -185,17 +186,22 @@ type Writer struct {
 	index     *dedup.Index
 	enc       *encoder // encodes the open files' batches; stopped by Close
 
-	window  string // unique id of the window, part of file names
-	lanes   map[string]*lane
-	single  *lane // the lane of an unpartitioned table
-	files   []*fileInfo
-	done    []commit.File
-	seq     int
-	posDels int // buffered position deletes over all lanes
-	keyBuf  []byte
-	partBuf []byte
-	err     error
-	stats   Stats
+	window string // unique id of the window, part of file names
+	lanes  map[string]*lane
+	single *lane // the lane of an unpartitioned table
+	files  []*fileInfo
+	done   []commit.File
+	// doneBytes is what the window's finished files' records hold (path,
+	// manifest entry): only a commit frees it, so it is outside the
+	// budget, but BufferedBytes reports it (a commit-bytes trigger sees
+	// a window of many small files).
+	doneBytes int64
+	seq       int
+	posDels   int // buffered position deletes over all lanes
+	keyBuf    []byte
+	partBuf   []byte
+	err       error
+	stats     Stats
 }
 
 // fileInfo is a data file of the window, by ordinal.
@@ -217,6 +223,8 @@ type lane struct {
 	posDel    []uint64 // file ordinal << 32 | pos
 	eq        *parquetFile
 	eqPending int64
+	used      int64 // Stats.Changes at the lane's last change
+	bytes     int64 // openBytes at the last account
 }
 
 // CheckTable reports why a table of schema, partitioned by spec (nil:
@@ -324,6 +332,7 @@ func (w *Writer) resetWindow() {
 	w.single = nil
 	w.files = nil
 	w.done = nil
+	w.doneBytes = 0
 	w.seq = 0
 	w.posDels = 0
 }
@@ -388,6 +397,7 @@ func (w *Writer) Write(ctx context.Context, ch Change) error {
 		return fmt.Errorf("%w: %w", ErrBadChange, err)
 	}
 	w.stats.Changes++
+	ln.used = w.stats.Changes
 	h := Hash(key)
 	st, found, err := w.index.Get(h, key)
 	if err != nil {
@@ -429,36 +439,42 @@ func (w *Writer) Write(ctx context.Context, ch Change) error {
 }
 
 // account samples the window's memory and, when the open Parquet writers
-// hold more than their share, closes the largest of them (a local flush:
-// the files stay in the window until the commit).
+// hold more than their share, closes the files of the least recently used
+// partitions (a local flush: the files stay in the window until the
+// commit) until they hold at most 3/4 of it.
 func (w *Writer) account() error {
 	var pq, dels int64
 	for _, ln := range w.lanes {
 		dels += int64(cap(ln.posDel)) * 8
-		pq += ln.openBytes()
+		ln.bytes = ln.openBytes()
+		pq += ln.bytes
 	}
 	if total := pq + w.index.MemoryBytes() + dels; total > w.stats.PeakAccountedBytes {
 		w.stats.PeakAccountedBytes = total
 	}
-	for w.opts.parquetBytes > 0 && pq > w.opts.parquetBytes {
-		var largest *lane
-		for _, ln := range w.lanes {
-			if largest == nil || ln.openBytes() > largest.openBytes() {
-				largest = ln
-			}
+	if w.opts.parquetBytes <= 0 || pq <= w.opts.parquetBytes {
+		return nil
+	}
+	open := make([]*lane, 0, len(w.lanes))
+	for _, ln := range w.lanes {
+		if ln.bytes > 0 {
+			open = append(open, ln)
 		}
-		if largest == nil || largest.openBytes() == 0 {
-			return nil
+	}
+	slices.SortFunc(open, func(a, b *lane) int { return cmp.Compare(a.used, b.used) })
+	for _, ln := range open {
+		if pq <= w.opts.parquetBytes*3/4 {
+			break
 		}
-		pq -= largest.openBytes()
+		pq -= ln.bytes
 		w.stats.LocalFlushes++
-		if largest.data != nil {
-			if err := w.closeData(largest); err != nil {
+		if ln.data != nil {
+			if err := w.closeData(ln); err != nil {
 				return err
 			}
 		}
-		if largest.eq != nil {
-			if err := w.closeEq(largest); err != nil {
+		if ln.eq != nil {
+			if err := w.closeEq(ln); err != nil {
 				return err
 			}
 		}
@@ -496,6 +512,12 @@ func (w *Writer) laneOf(row []any) (*lane, error) {
 	ln := &lane{path: path, values: vals}
 	w.lanes[lk] = ln
 	return ln, nil
+}
+
+// doneFileBytes is the memory a finished file's record holds: its path,
+// its manifest entry, the record and its fileInfo.
+func doneFileBytes(f *commit.File) int64 {
+	return int64(len(f.Path)+cap(f.Entry)) + 160
 }
 
 // fileName is the name of the seq'th file of a window: the sink id, the
@@ -635,6 +657,7 @@ func (w *Writer) finish(ln *lane, kind commit.FileKind, path string, md *metadat
 		return err
 	}
 	w.done = append(w.done, commit.File{Kind: kind, Path: path, Rows: md.NumRows, Bytes: size, Entry: entry})
+	w.doneBytes += doneFileBytes(&w.done[len(w.done)-1])
 	switch kind {
 	case commit.DataFile:
 		w.stats.DataFiles++
@@ -733,9 +756,10 @@ func (w *Writer) Flush(ctx context.Context) error {
 }
 
 // BufferedBytes estimates the bytes the window holds in memory: what the
-// memory budget covers.
+// memory budget covers, and the records of the window's finished files,
+// which only a commit frees.
 func (w *Writer) BufferedBytes() int64 {
-	n := w.index.MemoryBytes()
+	n := w.index.MemoryBytes() + w.doneBytes
 	for _, ln := range w.lanes {
 		n += int64(cap(ln.posDel))*8 + ln.openBytes()
 	}
