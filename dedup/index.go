@@ -2,6 +2,7 @@ package dedup
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -292,5 +293,64 @@ func (ix *Index) Close() error {
 	if err := set.Close(); err != nil {
 		return fmt.Errorf("dedup: removing the spill folder: %w", err)
 	}
+	return nil
+}
+
+// Each calls fn for every key with a row or an equality delete recorded
+// (states with neither say nothing and are skipped), in (hash, key) order,
+// until fn returns false: the memory tier merged with the spill runs,
+// which are read sequentially. The index must not change during the call.
+func (ix *Index) Each(fn func(hash uint64, key []byte, s State) bool) error {
+	m := &ix.mem
+	m.sortOrder()
+	i, stop := 0, false
+	// emitMem yields the memory tier's entries before (hash, key) (all of
+	// them when last); it reports whether the tier holds (hash, key).
+	emitMem := func(hash uint64, key []byte, last bool) (same bool) {
+		for ; i < len(m.order) && !stop; i++ {
+			e := &m.entries[m.order[i]]
+			c := 0
+			if !last {
+				if c = cmp.Compare(e.hash, hash); c == 0 {
+					c = bytes.Compare(m.key(e), key)
+				}
+				if c > 0 {
+					return false
+				}
+			}
+			if s := unpack(e.file, e.pos); (s.HasRow || s.EqDeleted) && !fn(e.hash, m.key(e), s) {
+				stop = true
+			}
+			if c == 0 && !last {
+				i++
+				return true // the tier's state is the newer
+			}
+		}
+		return false
+	}
+	var err error
+	if ix.set != nil {
+		serr := ix.set.Scan(func(hash uint64, key, v []byte) bool {
+			if emitMem(hash, key, false) || stop {
+				return !stop
+			}
+			s, derr := decodeValue(v)
+			if derr != nil {
+				err, stop = derr, true
+				return false
+			}
+			if !fn(hash, key, s) {
+				stop = true
+			}
+			return !stop
+		})
+		if serr != nil {
+			return fmt.Errorf("dedup: reading spill runs: %w", serr)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	emitMem(0, nil, true)
 	return nil
 }

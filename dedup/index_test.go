@@ -1,6 +1,7 @@
 package dedup
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -54,6 +55,7 @@ func TestIndexAgainstMap(t *testing.T) {
 						t.Fatalf("index holds %d bytes, over its limit %d", ix.MemoryBytes(), limit)
 					}
 				}
+				checkEach(t, ix, model)
 				st := ix.Stats()
 				if limit > 0 && st.Spills == 0 {
 					t.Errorf("a %d-byte budget over 40k keys never spilled", limit)
@@ -76,6 +78,38 @@ func TestIndexAgainstMap(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// checkEach checks that Each yields every key of model that has a row or
+// an equality delete, once, with its state, in (hash, key) order.
+func checkEach(t *testing.T, ix *Index, model map[string]State) {
+	t.Helper()
+	want := 0
+	for _, s := range model {
+		if s.HasRow || s.EqDeleted {
+			want++
+		}
+	}
+	n := 0
+	var lastH uint64
+	var lastK []byte
+	err := ix.Each(func(h uint64, k []byte, s State) bool {
+		if n > 0 && (h < lastH || h == lastH && bytes.Compare(k, lastK) <= 0) {
+			t.Fatalf("Each out of order at %x", k)
+		}
+		lastH, lastK = h, append(lastK[:0], k...)
+		if m, ok := model[string(k)]; !ok || m != s {
+			t.Fatalf("Each(%x) = %v, the model has %v %v", k, s, m, ok)
+		}
+		n++
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != want {
+		t.Fatalf("Each yielded %d keys, want %d", n, want)
 	}
 }
 

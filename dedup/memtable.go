@@ -141,6 +141,17 @@ func (m *memtable) rehash(n int) {
 // eachSorted calls fn for every entry in (hash, key) order until fn
 // returns false.
 func (m *memtable) eachSorted(fn func(hash uint64, key []byte, s State) bool) {
+	m.sortOrder()
+	for _, i := range m.order {
+		e := &m.entries[i]
+		if !fn(e.hash, m.key(e), unpack(e.file, e.pos)) {
+			return
+		}
+	}
+}
+
+// sortOrder fills m.order with the entries' indexes in (hash, key) order.
+func (m *memtable) sortOrder() {
 	m.order = slices.Grow(m.order[:0], len(m.entries))[:len(m.entries)]
 	for i := range m.order {
 		m.order[i] = uint32(i)
@@ -152,12 +163,6 @@ func (m *memtable) eachSorted(fn func(hash uint64, key []byte, s State) bool) {
 		}
 		return bytes.Compare(m.key(ea), m.key(eb))
 	})
-	for _, i := range m.order {
-		e := &m.entries[i]
-		if !fn(e.hash, m.key(e), unpack(e.file, e.pos)) {
-			return
-		}
-	}
 }
 
 // clear drops every entry and keeps the allocations for reuse.

@@ -81,6 +81,29 @@ func (a *mergeSource) less(b *mergeSource) bool {
 // version of each key only, skipping those drop (if set) returns true for.
 // It holds one iterator per input: memory is bounded by the inputs' count.
 func merge(w *Writer, inputs []*run, drop func([]byte) bool) (dropped int64, err error) {
+	return mergeRuns(inputs, drop, func(hash uint64, key, value []byte) (bool, error) {
+		return true, w.Add(hash, key, value)
+	})
+}
+
+// Scan calls fn with the newest version of every key in the set's runs, in
+// (hash, key) order, skipping those SetOptions.Drop drops, until fn
+// returns false. key and value are valid only during the call. It reads
+// the runs sequentially, one block of each at a time.
+func (s *Set) Scan(fn func(hash uint64, key, value []byte) bool) error {
+	if s.closed.Load() {
+		return s.errClosed("scan")
+	}
+	_, err := mergeRuns(s.runs, s.opts.Drop, func(hash uint64, key, value []byte) (bool, error) {
+		return fn(hash, key, value), nil
+	})
+	return err
+}
+
+// mergeRuns calls emit with the newest version of each key of the inputs
+// (oldest first), skipping those drop (if set) returns true for, until
+// emit returns false or an error.
+func mergeRuns(inputs []*run, drop func([]byte) bool, emit func(hash uint64, key, value []byte) (bool, error)) (dropped int64, err error) {
 	h := make([]*mergeSource, 0, len(inputs))
 	defer func() {
 		for _, src := range h {
@@ -109,7 +132,7 @@ func merge(w *Writer, inputs []*run, drop func([]byte) bool) (dropped int64, err
 			lastHash, lastKey, have = it.hash, append(lastKey[:0], it.key...), true
 			if drop != nil && drop(it.value) {
 				dropped++
-			} else if err := w.Add(it.hash, it.key, it.value); err != nil {
+			} else if more, err := emit(it.hash, it.key, it.value); err != nil || !more {
 				return dropped, err
 			}
 		}
