@@ -58,6 +58,9 @@ type Committer struct {
 	// cat is nil when the loader is not also the table's catalog.
 	cat table.CatalogIO
 	fsF table.FSysF
+	// lastOwn is the snapshot of this committer's last commit (0: none
+	// yet): key-indexed payloads are checked for foreign changes after it.
+	lastOwn int64
 }
 
 // Committed describes the newest epoch a sink committed.
@@ -210,6 +213,53 @@ func (c *Committer) CheckPayload(p *Payload) error {
 	return nil
 }
 
+// ErrForeignChange is returned for a key-indexed payload when another
+// writer changed the table's rows after the writer built its key index:
+// the window's position deletes could not have seen those rows.
+var ErrForeignChange = errors.New("the table's rows were changed by another writer after the sink's key index was built")
+
+// checkKeyIndexed refuses key-indexed payloads when a snapshot that is
+// not this sink's and not a rewrite of manifests (operation replace) came
+// after the newest of the writers' index base and this committer's last
+// commit.
+func (c *Committer) checkKeyIndexed(payloads []Payload) error {
+	var bases []int64
+	for i := range payloads {
+		if payloads[i].KeyIndexed && !payloads[i].Empty() {
+			bases = append(bases, payloads[i].BaseSnapshot)
+		}
+	}
+	if len(bases) == 0 {
+		return nil
+	}
+	meta := c.Table().Metadata()
+	// Every base must be reached going back from the current snapshot
+	// with only this sink's commits and replaces on the way (or, once this
+	// committer has committed, its last commit).
+	for _, base := range bases {
+		for s := meta.CurrentSnapshot(); s != nil; {
+			if s.SnapshotID == base || s.SnapshotID == c.lastOwn {
+				break
+			}
+			if s.Summary == nil || (s.Summary.Operation != table.OpReplace && s.Summary.Properties[PropSinkID] != c.sinkID) {
+				op := "unknown"
+				if s.Summary != nil {
+					op = string(s.Summary.Operation)
+				}
+				return fmt.Errorf("%w (snapshot %d, operation %s): rerun to rebuild the index from the table, or write with --delete-mode equality when other writers change this table", ErrForeignChange, s.SnapshotID, op)
+			}
+			if s.ParentSnapshotID == nil {
+				if base >= 0 {
+					return fmt.Errorf("%w: snapshot %d, which the index was built from, is no longer in the table's history; rerun to rebuild", ErrForeignChange, base)
+				}
+				break
+			}
+			s = meta.SnapshotByID(*s.ParentSnapshotID)
+		}
+	}
+	return nil
+}
+
 // A commit that failed with nothing committed (the branch moved under it:
 // another sink, a foreign append, a maintenance job) is retried, bounded,
 // with backoff, on a freshly loaded table, after checking that the epoch is
@@ -244,9 +294,13 @@ func (c *Committer) Commit(ctx context.Context, epoch uint64, payloads []Payload
 			}
 			return res, nil
 		}
+		if err := c.checkKeyIndexed(payloads); err != nil {
+			return res, fmt.Errorf("commit: epoch %d: %w", epoch, err)
+		}
 		tbl, err := c.commitOnce(ctx, epoch, payloads, props)
 		if err == nil {
 			res.SnapshotID = tbl.CurrentSnapshot().SnapshotID
+			c.lastOwn = res.SnapshotID
 			c.adopt(ctx, tbl)
 			return res, nil
 		}

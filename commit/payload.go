@@ -64,7 +64,13 @@ type Payload struct {
 	// InputID identifies the input those lines came from (see
 	// PropInputID); empty when unknown.
 	InputID string `json:"input_id,omitempty"`
-	Files   []File `json:"files"`
+	// KeyIndexed marks a window whose deletes of earlier rows were found
+	// in a key index built from the table at snapshot BaseSnapshot (-1:
+	// an empty table): the committer refuses it when another writer has
+	// changed the table's rows since, as the index cannot have seen them.
+	KeyIndexed   bool   `json:"key_indexed,omitempty"`
+	BaseSnapshot int64  `json:"base_snapshot,omitempty"`
+	Files        []File `json:"files"`
 }
 
 // Empty reports whether the window wrote nothing.

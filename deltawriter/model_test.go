@@ -147,7 +147,19 @@ func (e *env) commitWindow(w *deltawriter.Writer, epoch uint64) commit.Payload {
 		e.t.Fatal(err)
 	}
 	e.tbl = e.cm.Table()
+	if err := w.Committed(ctx); err != nil {
+		e.t.Fatal(err)
+	}
 	return p
+}
+
+// deleteMode is the mode a test writer runs in: a RewriteDeleted writer
+// needs equality deletes.
+func deleteMode(rewrite float64) deltawriter.DeleteMode {
+	if rewrite > 0 {
+		return deltawriter.DeleteByEquality
+	}
+	return deltawriter.DeleteByPosition
 }
 
 var simpleSchema = iceberg.NewSchemaWithIdentifiers(0, []int{1},
@@ -245,7 +257,7 @@ func testUpsertRandom(t *testing.T, seed uint64, limit int64, spills bool, rewri
 	e := newEnv(t, simpleSchema, nil)
 	m := newModel(t, simpleSchema)
 	ctx := context.Background()
-	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, MemoryLimit: limit, SpillDir: t.TempDir(), RewriteDeleted: rewrite})
+	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, MemoryLimit: limit, SpillDir: t.TempDir(), RewriteDeleted: rewrite, DeleteMode: deleteMode(rewrite)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,4 +278,14 @@ func testUpsertRandom(t *testing.T, seed uint64, limit int64, spills bool, rewri
 	e.commitWindow(w, epoch)
 	checkRewritten(t, w, rewrite)
 	m.check(t, e.tbl)
+	checkNoEqualityDeletes(t, w)
+}
+
+// checkNoEqualityDeletes fails a DeleteByPosition writer that wrote an
+// equality delete.
+func checkNoEqualityDeletes(t *testing.T, w *deltawriter.Writer) {
+	t.Helper()
+	if st := w.Stats(); st.EqualityDeletes != 0 && w.DeleteMode() == deltawriter.DeleteByPosition {
+		t.Errorf("%d equality-delete rows in position mode", st.EqualityDeletes)
+	}
 }

@@ -48,7 +48,7 @@ func TestPartitionedAgainstModel(t *testing.T) {
 				e := newEnv(t, partSchema, &spec)
 				m := newModel(t, partSchema)
 				ctx := context.Background()
-				w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 50, MemoryLimit: b.limit, SpillDir: t.TempDir(), RewriteDeleted: b.rewrite})
+				w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 50, MemoryLimit: b.limit, SpillDir: t.TempDir(), RewriteDeleted: b.rewrite, DeleteMode: deleteMode(b.rewrite)})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -76,6 +76,7 @@ func TestPartitionedAgainstModel(t *testing.T) {
 				e.commitWindow(w, epoch)
 				checkRewritten(t, w, b.rewrite)
 				m.check(t, e.tbl)
+				checkNoEqualityDeletes(t, w)
 			})
 		}
 	}

@@ -28,7 +28,7 @@ func TestRewriteLeavesOnlyLiveRows(t *testing.T) {
 	m := newModel(t, simpleSchema)
 	ctx := context.Background()
 	// Small files (many per window), every one mostly deleted.
-	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, TargetFileSize: 32 << 10, RewriteDeleted: 0.5})
+	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, TargetFileSize: 32 << 10, RewriteDeleted: 0.5, DeleteMode: deltawriter.DeleteByEquality})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestRewriteSkipsFlushedDeletes(t *testing.T) {
 	e := newEnv(t, simpleSchema, nil)
 	m := newModel(t, simpleSchema)
 	ctx := context.Background()
-	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, DeleteBufferRows: 500, RewriteDeleted: 0.01})
+	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, DeleteBufferRows: 500, RewriteDeleted: 0.01, DeleteMode: deltawriter.DeleteByEquality})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +104,7 @@ func TestRewriteDropsFullyDeletedFile(t *testing.T) {
 	e := newEnv(t, simpleSchema, nil)
 	m := newModel(t, simpleSchema)
 	ctx := context.Background()
-	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, RewriteDeleted: 0.5})
+	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, RewriteDeleted: 0.5, DeleteMode: deltawriter.DeleteByEquality})
 	if err != nil {
 		t.Fatal(err)
 	}

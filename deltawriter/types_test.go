@@ -58,7 +58,7 @@ func TestCompositeKeysAllTypesAgainstModel(t *testing.T) {
 				e := newEnv(t, allTypesSchema, nil)
 				m := newModel(t, allTypesSchema)
 				ctx := context.Background()
-				w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{Mode: mode, SinkID: "test", BatchRows: 100, MemoryLimit: b.limit, SpillDir: t.TempDir(), RewriteDeleted: b.rewrite})
+				w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{Mode: mode, SinkID: "test", BatchRows: 100, MemoryLimit: b.limit, SpillDir: t.TempDir(), RewriteDeleted: b.rewrite, DeleteMode: deleteMode(b.rewrite)})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -100,6 +100,7 @@ func TestCompositeKeysAllTypesAgainstModel(t *testing.T) {
 				e.commitWindow(w, epoch)
 				checkRewritten(t, w, b.rewrite)
 				m.check(t, e.tbl)
+				checkNoEqualityDeletes(t, w)
 			})
 		}
 	}
@@ -179,7 +180,7 @@ func testLargeWindow(t *testing.T, n, limit int64, spills bool) {
 func TestOneEqualityDeletePerKeyPerWindow(t *testing.T) {
 	e := newEnv(t, simpleSchema, nil)
 	ctx := context.Background()
-	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test"})
+	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", DeleteMode: deltawriter.DeleteByEquality})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -84,8 +84,16 @@ type Options struct {
 	// Index configures the inserted-row index. Its memory limit is
 	// derived from MemoryLimit when that is set.
 	Index dedup.Options
+	// DeleteMode is how rows of earlier commits are deleted. Default
+	// DeleteByPosition: a table-wide key index built from the table at
+	// New; the caller confirms each prepared window with Committed.
+	DeleteMode DeleteMode
+	// Owns, when set, reports the keys (by Hash) this writer is given: the
+	// key index holds only those. Default: every key.
+	Owns func(hash uint64) bool
 
-	parquetBytes int64 // the open Parquet writers' share of MemoryLimit
+	parquetBytes int64         // the open Parquet writers' share of MemoryLimit
+	tableIndex   dedup.Options // the key index's (DeleteByPosition)
 }
 
 func (o Options) withDefaults(props iceberg.Properties) Options {
@@ -110,6 +118,12 @@ func (o Options) withDefaults(props iceberg.Properties) Options {
 		l := o.MemoryLimit
 		o.Index.MemoryLimit = l / 2
 		o.Index.CacheBytes = l / 16
+		if o.DeleteMode == DeleteByPosition {
+			// The window's index and the table's key index share the
+			// half (the cache likewise).
+			o.Index.MemoryLimit, o.Index.CacheBytes = l/4, l/32
+			o.tableIndex = dedup.Options{MemoryLimit: l / 4, CacheBytes: l / 32}
+		}
 		o.Index.SpillDir = o.SpillDir
 		o.DeleteBufferRows = int(max(l/8/8, 1024))
 		o.RowGroupBytes = max(l/16, 256<<10)
@@ -118,6 +132,7 @@ func (o Options) withDefaults(props iceberg.Properties) Options {
 	if o.DeleteBufferRows <= 0 {
 		o.DeleteBufferRows = 4 << 20
 	}
+	o.tableIndex.SpillDir, o.tableIndex.FS = o.SpillDir, o.Index.FS
 	return o
 }
 
@@ -160,6 +175,15 @@ type Stats struct {
 	RewrittenFiles   int
 	RewrittenDeletes int64
 	Index            dedup.Stats
+	// DeleteByPosition: IndexLookups counts the window keys looked up in
+	// the key index at PrepareCommit, OldRowsDeleted the rows of earlier
+	// commits found and position-deleted; IndexRebuildRows and
+	// IndexRebuildFiles what New read from the table to build the index.
+	IndexLookups      int64
+	OldRowsDeleted    int64
+	IndexRebuildRows  int64
+	IndexRebuildFiles int
+	TableIndex        dedup.Stats
 }
 
 // Writer is one writer's commit window over a table. It is not safe for
@@ -184,7 +208,9 @@ type Writer struct {
 	eqProps   *parquet.WriterProperties
 	posProps  *parquet.WriterProperties
 	index     *dedup.Index
-	enc       *encoder // encodes the open files' batches; stopped by Close
+	tidx      *tableIndex    // DeleteByPosition: the table-wide key index
+	pending   *pendingWindow // DeleteByPosition: prepared, not yet confirmed
+	enc       *encoder       // encodes the open files' batches; stopped by Close
 
 	window string // unique id of the window, part of file names
 	lanes  map[string]*lane
@@ -216,6 +242,7 @@ type fileInfo struct {
 
 // lane is one partition's open data file and delete buffers.
 type lane struct {
+	key       string // the lanes map's key
 	path      string // partition path, "" when unpartitioned
 	values    map[int]any
 	data      *parquetFile
@@ -248,6 +275,9 @@ func CheckTable(schema *iceberg.Schema, spec *iceberg.PartitionSpec) error {
 func New(ctx context.Context, tbl *table.Table, opts Options) (*Writer, error) {
 	if opts.RewriteDeleted < 0 || opts.RewriteDeleted > 1 {
 		return nil, fmt.Errorf("deltawriter: RewriteDeleted %v is not a share between 0 and 1", opts.RewriteDeleted)
+	}
+	if opts.RewriteDeleted > 0 && opts.DeleteMode == DeleteByPosition {
+		return nil, fmt.Errorf("deltawriter: RewriteDeleted moves rows within the window's files, which the key index of DeleteByPosition would not follow; use it with DeleteByEquality")
 	}
 	meta := tbl.Metadata()
 	switch {
@@ -323,6 +353,12 @@ func New(ctx context.Context, tbl *table.Table, opts Options) (*Writer, error) {
 		enc:       newEncoder(),
 	}
 	w.resetWindow()
+	if opts.DeleteMode == DeleteByPosition {
+		if err := w.buildTableIndex(ctx, tbl); err != nil {
+			w.Close(ctx)
+			return nil, err
+		}
+	}
 	return w, nil
 }
 
@@ -339,6 +375,9 @@ func (w *Writer) resetWindow() {
 
 // Stats returns the writer's counters.
 func (w *Writer) Stats() Stats {
+	if w.tidx != nil {
+		w.stats.TableIndex = w.tidx.ix.Stats()
+	}
 	s := w.stats
 	s.Index = w.index.Stats()
 	return s
@@ -365,6 +404,9 @@ func (w *Writer) begin(ctx context.Context) error {
 	}
 	if w.enc == nil {
 		return ErrClosed
+	}
+	if w.pending != nil {
+		return ErrUnconfirmed
 	}
 	w.enc.ctx = ctx
 	return nil
@@ -411,9 +453,13 @@ func (w *Writer) Write(ctx context.Context, ch Change) error {
 		}
 		st.HasRow = false
 	} else if !st.EqDeleted && (!insert || w.opts.Mode == Upsert) {
-		// The key's row, if any, is in an earlier snapshot.
-		if err := w.equalityDelete(ln, ch.Row); err != nil {
-			return w.fail(err)
+		// The key's row, if any, is in an earlier snapshot. With a key
+		// index it is found at PrepareCommit (EqDeleted then means "to
+		// be resolved"); without, an equality delete removes it.
+		if w.tidx == nil {
+			if err := w.equalityDelete(ln, ch.Row); err != nil {
+				return w.fail(err)
+			}
 		}
 		st.EqDeleted = true
 	}
@@ -509,7 +555,7 @@ func (w *Writer) laneOf(row []any) (*lane, error) {
 	if ln, ok := w.lanes[lk]; ok {
 		return ln, nil
 	}
-	ln := &lane{path: path, values: vals}
+	ln := &lane{key: lk, path: path, values: vals}
 	w.lanes[lk] = ln
 	return ln, nil
 }
@@ -777,6 +823,11 @@ func (w *Writer) PrepareCommit(ctx context.Context) (commit.Payload, error) {
 	if err := w.account(); err != nil {
 		return commit.Payload{}, w.fail(err)
 	}
+	if w.tidx != nil {
+		if err := w.resolveOld(); err != nil {
+			return commit.Payload{}, w.fail(err)
+		}
+	}
 	lanes := make([]*lane, 0, len(w.lanes))
 	for _, ln := range w.lanes {
 		lanes = append(lanes, ln)
@@ -816,7 +867,17 @@ func (w *Writer) PrepareCommit(ctx context.Context) (commit.Payload, error) {
 		FormatVersion: w.version,
 		Files:         w.done,
 	}
-	if err := w.index.Reset(); err != nil {
+	if w.tidx != nil {
+		// The window index stays until Committed moves it into the key
+		// index (or Abort drops it).
+		pw := &pendingWindow{paths: make([]string, len(w.files)), lanes: make([]string, len(w.files))}
+		for i, fi := range w.files {
+			pw.paths[i], pw.lanes[i] = fi.path, fi.lane.key
+		}
+		w.pending = pw
+		p.BaseSnapshot = w.tidx.base
+		p.KeyIndexed = true
+	} else if err := w.index.Reset(); err != nil {
 		return commit.Payload{}, w.fail(fmt.Errorf("deltawriter: resetting the index: %w", err))
 	}
 	w.stats.Commits++
@@ -844,6 +905,7 @@ func (w *Writer) Abort(ctx context.Context) error {
 	}
 	errs = append(errs, w.Discard(ctx, commit.Payload{Files: w.done}))
 	errs = append(errs, w.index.Reset())
+	w.pending = nil
 	w.resetWindow()
 	w.err = nil
 	return errors.Join(errs...)
@@ -870,8 +932,14 @@ func (w *Writer) Close(ctx context.Context) error {
 		w.enc.close()
 		w.enc = nil
 	}
+	if w.tidx != nil {
+		err = errors.Join(err, w.tidx.ix.Close())
+	}
 	return errors.Join(err, w.index.Close())
 }
+
+// DeleteMode returns how the writer deletes rows of earlier commits.
+func (w *Writer) DeleteMode() DeleteMode { return w.opts.DeleteMode }
 
 // Schema returns the table schema the writer writes.
 func (w *Writer) Schema() *iceberg.Schema { return w.schema }

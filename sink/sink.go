@@ -537,6 +537,17 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 		}
 		wopts := cfg.Writer
 		wopts.Writer = i
+		if wopts.DeleteMode == deltawriter.DeleteByPosition {
+			// The key index is built from the table as the coordinator
+			// left it (recorded epochs committed at the first join), and
+			// holds only this writer's vnodes.
+			if err := cm.Refresh(ctx); err != nil {
+				sess.Close()
+				return res, err
+			}
+			owned, vnodes := b.Clone(), uint64(cfg.Vnodes)
+			wopts.Owns = func(h uint64) bool { return owned.Contains(uint32(h % vnodes)) }
+		}
 		dw, err := deltawriter.New(ctx, cm.Table(), wopts)
 		if err != nil {
 			sess.Close()
@@ -768,6 +779,9 @@ func (w *writer) run(ctx context.Context) error {
 				return fmt.Errorf("commit of epoch %d: %w", b.epoch, err)
 			}
 			w.inCommit = false
+			if err := w.dw.Committed(ctx); err != nil {
+				return err
+			}
 		}
 		if b.final {
 			w.done = true

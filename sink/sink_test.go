@@ -260,7 +260,7 @@ func TestParallelWritersRewriteDeleted(t *testing.T) {
 	// Few keys, many changes: most rows of every window die in it.
 	input := genInput(t, 9, 5000, 300)
 	cfg := sink.Config{SinkID: "rw", Writers: 3, CheckpointRows: 3000, CommitInterval: 2, StateDir: t.TempDir(),
-		Writer: deltawriter.Options{RewriteDeleted: 0.3}}
+		Writer: deltawriter.Options{RewriteDeleted: 0.3, DeleteMode: deltawriter.DeleteByEquality}}
 	res := runAndCheck(t, wh, cfg, input)
 	var files int
 	var dels int64

@@ -6,9 +6,9 @@ import (
 	"iter"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/extensions"
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/icesink/icesink/internal/arrowval"
 )
 
 // Rows reads the table's live rows through iceberg-go's scanner (deletes
@@ -43,7 +43,7 @@ func Rows(ctx context.Context, tbl *table.Table) iter.Seq2[[]any, error] {
 			}
 			for r := 0; r < int(rec.NumRows()); r++ {
 				for i, c := range cols {
-					v, err := valueAt(c, r)
+					v, err := arrowval.At(c, r)
 					if err != nil {
 						rec.Release()
 						yield(nil, fmt.Errorf("scanning %v: column %q: %w", tbl.Identifier(), fields[i].Name, err))
@@ -59,43 +59,4 @@ func Rows(ctx context.Context, tbl *table.Table) iter.Seq2[[]any, error] {
 			rec.Release()
 		}
 	}
-}
-
-func valueAt(c arrow.Array, i int) (any, error) {
-	if c.IsNull(i) {
-		return nil, nil
-	}
-	switch c := c.(type) {
-	case *array.Boolean:
-		return c.Value(i), nil
-	case *array.Int32:
-		return c.Value(i), nil
-	case *array.Int64:
-		return c.Value(i), nil
-	case *array.Float32:
-		return c.Value(i), nil
-	case *array.Float64:
-		return c.Value(i), nil
-	case *array.Decimal128:
-		return c.Value(i), nil
-	case *array.Date32:
-		return int32(c.Value(i)), nil
-	case *array.Time64:
-		return int64(c.Value(i)), nil
-	case *array.Timestamp:
-		return int64(c.Value(i)), nil
-	case *array.String:
-		return c.Value(i), nil
-	case *array.LargeString:
-		return c.Value(i), nil
-	case *extensions.UUIDArray:
-		return c.Value(i), nil
-	case *array.FixedSizeBinary:
-		return append([]byte(nil), c.Value(i)...), nil
-	case *array.Binary:
-		return append([]byte(nil), c.Value(i)...), nil
-	case *array.LargeBinary:
-		return append([]byte(nil), c.Value(i)...), nil
-	}
-	return nil, fmt.Errorf("arrow type %s is not supported", c.DataType())
 }

@@ -1,0 +1,461 @@
+package deltawriter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/apache/iceberg-go"
+	iceio "github.com/apache/iceberg-go/io"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/dedup"
+	"github.com/icesink/icesink/internal/arrowval"
+)
+
+// DeleteMode is how a change removes a key's row that an earlier commit
+// wrote.
+type DeleteMode uint8
+
+const (
+	// DeleteByPosition (the default) keeps a table-wide key index: where
+	// every live row of the writer's keys sits (data file, position). A
+	// change of a key committed before is recorded, and at PrepareCommit
+	// the window's touched keys, in (hash, key) order, are looked up in the
+	// index: each old row found gets a position delete; a new key gets no
+	// delete at all. The table ends with no equality deletes.
+	DeleteByPosition DeleteMode = iota
+	// DeleteByEquality writes an equality delete on a key's first touch
+	// per window: no index of the table, but every reader pays for the
+	// deletes on every older data file.
+	DeleteByEquality
+)
+
+// ParseDeleteMode parses "position" or "equality".
+func ParseDeleteMode(s string) (DeleteMode, error) {
+	switch s {
+	case "position", "":
+		return DeleteByPosition, nil
+	case "equality":
+		return DeleteByEquality, nil
+	}
+	return 0, fmt.Errorf("unknown delete mode %q (want position or equality)", s)
+}
+
+// String returns the flag spelling of m.
+func (m DeleteMode) String() string {
+	if m == DeleteByEquality {
+		return "equality"
+	}
+	return "position"
+}
+
+// ErrUnconfirmed is returned by a writer in DeleteByPosition mode that is
+// asked to write after PrepareCommit without Committed or Abort: its key
+// index must first learn the window's fate.
+var ErrUnconfirmed = errors.New("deltawriter: the prepared window is neither committed nor aborted (call Committed or Abort)")
+
+// tableIndex is the writer's table-wide key index: key -> (file id, pos)
+// of the live row of every key the writer owns. It is a cache of the table
+// built from it at New (and kept by Committed), never the truth: a table
+// changed by another writer makes the committer refuse the commit (see
+// commit.Payload.BaseSnapshot) and the next run rebuilds.
+type tableIndex struct {
+	ix    *dedup.Index
+	files []string          // file id -> path
+	lanes []string          // file id -> lane (partition) key
+	ids   map[string]uint32 // path -> file id
+	base  int64             // the snapshot the index was built from (-1: none)
+}
+
+func (t *tableIndex) fileID(path, lane string) (uint32, error) {
+	if id, ok := t.ids[path]; ok {
+		return id, nil
+	}
+	if len(t.files) > dedup.MaxFile {
+		return 0, fmt.Errorf("deltawriter: the key index holds more than %d data files", dedup.MaxFile)
+	}
+	id := uint32(len(t.files))
+	t.files = append(t.files, path)
+	t.lanes = append(t.lanes, lane)
+	t.ids[path] = id
+	return id, nil
+}
+
+// buildTableIndex reads the live rows of tbl's current snapshot whose keys
+// the writer owns: for each data file the key columns, minus the rows its
+// position and equality deletes remove.
+func (w *Writer) buildTableIndex(ctx context.Context, tbl *table.Table) error {
+	t := &tableIndex{ids: map[string]uint32{}, base: -1}
+	ix, err := dedup.New(w.opts.tableIndex)
+	if err != nil {
+		return err
+	}
+	t.ix = ix
+	w.tidx = t
+	snap := tbl.CurrentSnapshot()
+	if snap == nil {
+		return nil
+	}
+	t.base = snap.SnapshotID
+	tasks, err := tbl.Scan().PlanFiles(ctx)
+	if err != nil {
+		return fmt.Errorf("deltawriter: planning the key index's rebuild: %w", err)
+	}
+	fsys, err := tbl.FS(ctx)
+	if err != nil {
+		return err
+	}
+	r := &rebuilder{w: w, fs: fsys, posDels: map[string]map[string][]int64{}, eqDels: map[string]map[string]struct{}{}}
+	for _, task := range tasks {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := r.dataFile(ctx, task); err != nil {
+			return fmt.Errorf("deltawriter: rebuilding the key index from %s: %w", task.File.FilePath(), err)
+		}
+	}
+	w.stats.IndexRebuildRows += r.rows
+	w.stats.IndexRebuildFiles += len(tasks)
+	return nil
+}
+
+// rebuilder reads a table into a tableIndex. Delete files are read once
+// each and kept while the rebuild runs.
+type rebuilder struct {
+	w       *Writer
+	fs      iceio.IO
+	posDels map[string]map[string][]int64  // delete file -> data file -> positions
+	eqDels  map[string]map[string]struct{} // delete file -> canonical keys
+	rows    int64
+}
+
+func (r *rebuilder) dataFile(ctx context.Context, task table.FileScanTask) error {
+	w := r.w
+	path := task.File.FilePath()
+	var deleted []int64
+	var eqSets []map[string]struct{}
+	for _, df := range task.DeleteFiles {
+		switch df.ContentType() {
+		case iceberg.EntryContentPosDeletes:
+			byFile, err := r.readPosDeletes(ctx, df.FilePath())
+			if err != nil {
+				return err
+			}
+			deleted = append(deleted, byFile[path]...)
+		case iceberg.EntryContentEqDeletes:
+			set, err := r.readEqDeletes(ctx, df.FilePath())
+			if err != nil {
+				return err
+			}
+			eqSets = append(eqSets, set)
+		}
+	}
+	slices.Sort(deleted)
+	lane := ""
+	laneKnown := w.part == nil
+	var id uint32
+	var pos int64
+	keyBuf := make([]byte, 0, 64)
+	return readKeyRows(ctx, r.fs, path, w.schema, w.keys, func(row []any) error {
+		p := pos
+		pos++
+		if len(deleted) > 0 && deleted[0] <= p {
+			for len(deleted) > 0 && deleted[0] < p {
+				deleted = deleted[1:]
+			}
+			if len(deleted) > 0 && deleted[0] == p {
+				deleted = deleted[1:]
+				return nil
+			}
+		}
+		key, err := w.keys.Append(keyBuf[:0], row)
+		if err != nil {
+			return err
+		}
+		keyBuf = key
+		for _, set := range eqSets {
+			if _, gone := set[string(key)]; gone {
+				return nil
+			}
+		}
+		h := Hash(key)
+		if w.opts.Owns != nil && !w.opts.Owns(h) {
+			return nil
+		}
+		if !laneKnown {
+			lk, _, _, err := w.part.partitionOf(row, nil)
+			if err != nil {
+				return err
+			}
+			lane, laneKnown = lk, true
+		}
+		if id, err = w.tidx.fileID(path, lane); err != nil {
+			return err
+		}
+		if p > 1<<32-1 {
+			return fmt.Errorf("row %d: past the positions the key index holds", p)
+		}
+		r.rows++
+		return w.tidx.ix.Put(h, key, dedup.State{Row: dedup.Ref{File: id, Pos: uint32(p)}, HasRow: true})
+	})
+}
+
+func (r *rebuilder) readPosDeletes(ctx context.Context, path string) (map[string][]int64, error) {
+	if m, ok := r.posDels[path]; ok {
+		return m, nil
+	}
+	m := map[string][]int64{}
+	err := readParquet(ctx, r.fs, path, nil, func(cols []any) error {
+		p, _ := cols[0].(string)
+		pos, _ := cols[1].(int64)
+		m[p] = append(m[p], pos)
+		return nil
+	}, "file_path", "pos")
+	if err != nil {
+		return nil, err
+	}
+	r.posDels[path] = m
+	return m, nil
+}
+
+func (r *rebuilder) readEqDeletes(ctx context.Context, path string) (map[string]struct{}, error) {
+	if s, ok := r.eqDels[path]; ok {
+		return s, nil
+	}
+	s := map[string]struct{}{}
+	w := r.w
+	err := readKeyRows(ctx, r.fs, path, w.schema, w.keys, func(row []any) error {
+		k, err := w.keys.Append(nil, row)
+		if err != nil {
+			return err
+		}
+		s[string(k)] = struct{}{}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.eqDels[path] = s
+	return s, nil
+}
+
+// readKeyRows calls fn with a row of schema's width holding the key
+// columns of each row of the Parquet file at path, in file order; the
+// other columns are nil. The row is reused between calls.
+func readKeyRows(ctx context.Context, fs iceio.IO, path string, schema *iceberg.Schema, keys *KeyCodec, fn func(row []any) error) error {
+	cols := keys.Columns()
+	names := make([]string, len(cols))
+	for i, c := range cols {
+		names[i] = schema.Field(c).Name
+	}
+	row := make([]any, len(schema.Fields()))
+	return readParquet(ctx, fs, path, schema, func(vals []any) error {
+		for i, c := range cols {
+			row[c] = vals[i]
+		}
+		return fn(row)
+	}, names...)
+}
+
+// readParquet calls fn with the values of the named top-level columns of
+// each row of the Parquet file at path. With schema set, columns are found
+// by the schema's field ids (files of other writers may order or name
+// them otherwise), else by name.
+func readParquet(ctx context.Context, fs iceio.IO, path string, schema *iceberg.Schema, fn func(vals []any) error, names ...string) error {
+	f, err := fs.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	pr, err := file.NewParquetReader(f)
+	if err != nil {
+		return fmt.Errorf("opening %s: %w", path, err)
+	}
+	defer pr.Close()
+	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: 8192}, memory.DefaultAllocator)
+	if err != nil {
+		return err
+	}
+	psc := pr.MetaData().Schema
+	idx := make([]int, len(names))
+	for i, name := range names {
+		idx[i] = -1
+		id := -1
+		if schema != nil {
+			if fld, ok := schema.FindFieldByName(name); ok {
+				id = fld.ID
+			}
+		}
+		for c := 0; c < psc.NumColumns(); c++ {
+			col := psc.Column(c)
+			if (id >= 0 && int(col.SchemaNode().FieldID()) == id) || (id < 0 && strings.EqualFold(col.Name(), name) && col.Path() == name) {
+				idx[i] = c
+				break
+			}
+		}
+		if idx[i] < 0 {
+			return fmt.Errorf("%s has no column %q", path, name)
+		}
+	}
+	rr, err := fr.GetRecordReader(ctx, idx, nil)
+	if err != nil {
+		return err
+	}
+	defer rr.Release()
+	vals := make([]any, len(names))
+	for rr.Next() {
+		rec := rr.RecordBatch()
+		for r := 0; r < int(rec.NumRows()); r++ {
+			for c := range names {
+				v, err := arrowval.At(rec.Column(c), r)
+				if err != nil {
+					return fmt.Errorf("%s column %q: %w", path, names[c], err)
+				}
+				vals[c] = v
+			}
+			if err := fn(vals); err != nil {
+				return err
+			}
+		}
+	}
+	if err := rr.Err(); err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("reading %s: %w", path, err)
+	}
+	return ctx.Err()
+}
+
+// resolveOld gives every key of the window whose earlier row is to go
+// (the states marked EqDeleted: "deferred" in this mode) a position delete
+// of that row, found in the table index in (hash, key) order. Keys not in
+// the index are new: no delete.
+func (w *Writer) resolveOld() error {
+	type oldDel struct {
+		file uint32
+		pos  uint32
+	}
+	var dels []oldDel
+	var lookErr error
+	err := w.index.Each(func(h uint64, key []byte, s dedup.State) bool {
+		if !s.EqDeleted {
+			return true
+		}
+		w.stats.IndexLookups++
+		old, ok, err := w.tidx.ix.Get(h, key)
+		if err != nil {
+			lookErr = err
+			return false
+		}
+		if ok && old.HasRow {
+			dels = append(dels, oldDel{old.Row.File, old.Row.Pos})
+		}
+		return true
+	})
+	if err == nil {
+		err = lookErr
+	}
+	if err != nil {
+		return fmt.Errorf("deltawriter: resolving the window's deletes in the key index: %w", err)
+	}
+	if len(dels) == 0 {
+		return nil
+	}
+	w.stats.OldRowsDeleted += int64(len(dels))
+	t := w.tidx
+	slices.SortFunc(dels, func(a, b oldDel) int {
+		if c := strings.Compare(t.lanes[a.file], t.lanes[b.file]); c != 0 {
+			return c
+		}
+		if c := strings.Compare(t.files[a.file], t.files[b.file]); c != 0 {
+			return c
+		}
+		return int(int64(a.pos) - int64(b.pos))
+	})
+	for len(dels) > 0 {
+		lk := t.lanes[dels[0].file]
+		n := 1
+		for n < len(dels) && t.lanes[dels[n].file] == lk {
+			n++
+		}
+		ln, ok := w.lanes[lk]
+		if !ok {
+			return fmt.Errorf("deltawriter: no partition %q for the deletes of %s", lk, t.files[dels[0].file])
+		}
+		path := w.newPath(ln, "pos")
+		f, err := createParquetFile(w.fs, w.enc, path, table.PositionalDeleteArrowSchema, w.posProps, w.opts.BatchRows, w.opts.RowGroupBytes)
+		if err != nil {
+			return fmt.Errorf("deltawriter: %w", err)
+		}
+		for _, d := range dels[:n] {
+			if err := f.appendPositionDelete(t.files[d.file], int64(d.pos)); err != nil {
+				f.abort(w.fs)
+				return fmt.Errorf("deltawriter: %w", err)
+			}
+		}
+		md, size, err := f.close()
+		if err != nil {
+			return fmt.Errorf("deltawriter: %w", err)
+		}
+		if err := w.finish(ln, commit.PositionDeleteFile, path, md, size, iceberg.PositionalDeleteSchema); err != nil {
+			return err
+		}
+		dels = dels[n:]
+	}
+	return nil
+}
+
+// Committed tells a DeleteByPosition writer that the window it prepared
+// last is in the table: the key index takes the window's rows (and drops
+// the keys it deleted), and the next Write opens a new window. In
+// DeleteByEquality mode it does nothing.
+func (w *Writer) Committed(ctx context.Context) error {
+	if w.pending == nil {
+		return nil
+	}
+	p := w.pending
+	t := w.tidx
+	ids := make([]uint32, len(p.paths))
+	for i, path := range p.paths {
+		id, err := t.fileID(path, p.lanes[i])
+		if err != nil {
+			return w.fail(err)
+		}
+		ids[i] = id
+	}
+	// The window index is read in (hash, key) order and the table index
+	// takes its states.
+	var perr error
+	err := w.index.Each(func(h uint64, key []byte, s dedup.State) bool {
+		switch {
+		case s.HasRow:
+			perr = t.ix.Put(h, key, dedup.State{Row: dedup.Ref{File: ids[s.Row.File], Pos: s.Row.Pos}, HasRow: true})
+		case s.EqDeleted:
+			perr = t.ix.Put(h, key, dedup.State{})
+		}
+		return perr == nil
+	})
+	if err == nil {
+		err = perr
+	}
+	if err != nil {
+		return w.fail(fmt.Errorf("deltawriter: updating the key index with the committed window: %w", err))
+	}
+	w.pending = nil
+	if err := w.index.Reset(); err != nil {
+		return w.fail(fmt.Errorf("deltawriter: resetting the index: %w", err))
+	}
+	return nil
+}
+
+// pendingWindow is a prepared window awaiting Committed or Abort: its data
+// files by ordinal, with their lanes.
+type pendingWindow struct {
+	paths []string
+	lanes []string
+}
