@@ -38,7 +38,9 @@ func ratios(r *Results) []Ratio {
 	for i := range r.Scenarios {
 		switch s := &r.Scenarios[i]; s.Kind {
 		case Unbounded:
-			unb = s
+			if !s.Equality {
+				unb = s
+			}
 		case AppendBaseline:
 			app = s
 		case ParquetFloor:

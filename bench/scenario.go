@@ -70,6 +70,16 @@ type Scenario struct {
 	Kind Kind `json:"kind"`
 	// MemoryLimit is the writer's budget in bytes (Bounded only).
 	MemoryLimit int64 `json:"memory_limit,omitempty"`
+	// Equality runs the writer with deltawriter.DeleteByEquality (the
+	// name ends in "-equality"); otherwise DeleteByPosition, the default.
+	Equality bool `json:"equality,omitempty"`
+}
+
+// withEquality returns s in DeleteByEquality mode.
+func (s Scenario) withEquality() Scenario {
+	s.Equality = true
+	s.Name += "-equality"
+	return s
 }
 
 // NewScenario returns the scenario of kind k; limit is used by Bounded only.
@@ -86,6 +96,10 @@ func NewScenario(k Kind, limit int64) Scenario {
 func ParseScenarios(list string, limits []int64) ([]Scenario, error) {
 	if strings.TrimSpace(list) == "" || list == "all" {
 		list = "unbounded,bounded,append-baseline,parquet-floor"
+	}
+	if list == "deletes" {
+		// The delete modes side by side, against the append table's scan.
+		list = "unbounded,unbounded-equality,append-baseline"
 	}
 	var out []Scenario
 	seen := map[string]bool{}
@@ -109,12 +123,24 @@ func ParseScenarios(list string, limits []int64) ([]Scenario, error) {
 				}
 				add(NewScenario(Bounded, l))
 			}
+		case "unbounded-equality":
+			add(NewScenario(Unbounded, 0).withEquality())
+		case "bounded-equality":
+			if len(limits) == 0 {
+				return nil, fmt.Errorf("bench: scenario bounded-equality needs a memory limit")
+			}
+			for _, l := range limits {
+				if l <= 0 {
+					return nil, fmt.Errorf("bench: scenario bounded-equality needs a positive memory limit, not %d", l)
+				}
+				add(NewScenario(Bounded, l).withEquality())
+			}
 		case "append-baseline":
 			add(NewScenario(AppendBaseline, 0))
 		case "parquet-floor":
 			add(NewScenario(ParquetFloor, 0))
 		default:
-			return nil, fmt.Errorf("bench: unknown scenario %q (want unbounded, bounded, append-baseline, parquet-floor or all)", name)
+			return nil, fmt.Errorf("bench: unknown scenario %q (want unbounded, bounded, unbounded-equality, bounded-equality, append-baseline, parquet-floor, all or deletes)", name)
 		}
 	}
 	return out, nil

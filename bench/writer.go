@@ -57,6 +57,7 @@ func runWriter(ctx context.Context, e *runEnv) (err error) {
 		SpillDir:       dirs[1],
 		TargetFileSize: e.opts.TargetFileSize,
 		RewriteDeleted: e.opts.RewriteDeleted,
+		DeleteMode:     e.deleteMode(),
 	})
 	if err != nil {
 		return err
@@ -79,6 +80,9 @@ func runWriter(ctx context.Context, e *runEnv) (err error) {
 		epoch++
 		cr, err := cm.Commit(ctx, epoch, []commit.Payload{p}, nil)
 		if err != nil {
+			return err
+		}
+		if err := w.Committed(ctx); err != nil {
 			return err
 		}
 		if !cr.Empty {
@@ -180,4 +184,12 @@ func scanTable(ctx context.Context, tbl *table.Table) (*ScanResult, error) {
 		s.RowsPerSec = float64(rows) / s.Seconds
 	}
 	return s, nil
+}
+
+// deleteMode is the writer's delete mode in the run's scenario.
+func (e *runEnv) deleteMode() deltawriter.DeleteMode {
+	if e.sc.Equality {
+		return deltawriter.DeleteByEquality
+	}
+	return deltawriter.DeleteByPosition
 }

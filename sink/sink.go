@@ -825,5 +825,14 @@ func addStats(a, b deltawriter.Stats) deltawriter.Stats {
 	a.Index.LookupsFilter += b.Index.LookupsFilter
 	a.Index.LookupsCache += b.Index.LookupsCache
 	a.Index.LookupsDisk += b.Index.LookupsDisk
+	a.IndexLookups += b.IndexLookups
+	a.OldRowsDeleted += b.OldRowsDeleted
+	a.IndexRebuildRows += b.IndexRebuildRows
+	a.IndexRebuildFiles += b.IndexRebuildFiles
+	a.TableIndex.Keys += b.TableIndex.Keys
+	a.TableIndex.MemoryBytes += b.TableIndex.MemoryBytes
+	a.TableIndex.Spills += b.TableIndex.Spills
+	a.TableIndex.SpilledBytes += b.TableIndex.SpilledBytes
+	a.TableIndex.LookupsDisk += b.TableIndex.LookupsDisk
 	return a
 }

@@ -63,6 +63,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	format := fs.String("format", "changelog-json", "input format: changelog-json or debezium-json")
 	dbzDecimal := fs.String("debezium-decimal", "string", "debezium-json events without a schema: decimals as the connector's decimal.handling.mode spells them, `MODE` precise (base64) or string (events with a schema say it themselves)")
 	dbzTime := fs.String("debezium-time-unit", "", "debezium-json events without a schema: the `UNIT` of integer times and timestamps, ms, us or ns (default: integers there are refused)")
+	delMode := fs.String("delete-mode", "position", "how rows of earlier commits are deleted: position (a key index built from the table at start; no equality deletes) or equality (an equality delete per key and window; for tables other writers change too)")
 	mode := fs.String("mode", "upsert", "upsert (inserts replace any row of the key) or changelog (trusted -U/+U pairs)")
 	ckRows := fs.Int64("checkpoint-rows", 100000, "end a checkpoint every `N` input rows (besides barrier lines)")
 	interval := fs.Uint64("commit-interval", 1, "commit every `K` checkpoints")
@@ -105,6 +106,13 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	dbz, err := debeziumOptions(*dbzDecimal, *dbzTime)
 	if err != nil {
 		return err
+	}
+	dm, err := deltawriter.ParseDeleteMode(*delMode)
+	if err != nil {
+		return fmt.Errorf("%w: --delete-mode: %v", errUsage, err)
+	}
+	if dm == deltawriter.DeleteByPosition && *rewrite > 0 {
+		return fmt.Errorf("%w: --rewrite-deleted needs --delete-mode equality (the key index does not follow rows a rewrite moves)", errUsage)
 	}
 	m, err := deltawriter.ParseMode(*mode)
 	if err != nil {
@@ -196,7 +204,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		Loader:         wh.Catalog,
 		Ident:          ident,
 		SinkID:         *sinkID,
-		Writer:         deltawriter.Options{Mode: m, MemoryLimit: limit, SpillDir: *spillDir, RewriteDeleted: *rewrite},
+		Writer:         deltawriter.Options{Mode: m, MemoryLimit: limit, SpillDir: *spillDir, RewriteDeleted: *rewrite, DeleteMode: dm},
 		CheckpointRows: *ckRows,
 		CommitInterval: *interval,
 		CommitBytes:    cbytes,
@@ -392,5 +400,8 @@ func printStats(w io.Writer, s deltawriter.Stats, p peaks, limit int64) {
 	fmt.Fprintf(&b, "pos-delete files / rows   %d / %d\n", s.PositionDeleteFile, s.PositionDeletes)
 	fmt.Fprintf(&b, "eq-delete files / rows    %d / %d\n", s.EqualityDeleteFile, s.EqualityDeletes)
 	fmt.Fprintf(&b, "rewritten files / deletes %d / %d (--rewrite-deleted)\n", s.RewrittenFiles, s.RewrittenDeletes)
+	fmt.Fprintf(&b, "key index: rebuilt from   %d rows in %d files\n", s.IndexRebuildRows, s.IndexRebuildFiles)
+	fmt.Fprintf(&b, "key index: lookups / old rows deleted %d / %d\n", s.IndexLookups, s.OldRowsDeleted)
+	fmt.Fprintf(&b, "key index: keys / spills  %d / %d\n", s.TableIndex.Keys, s.TableIndex.Spills)
 	io.WriteString(w, b.String())
 }
