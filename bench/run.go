@@ -83,9 +83,6 @@ func (o Options) withDefaults() (Options, error) {
 		if s.Kind < Unbounded || s.Kind > ParquetFloor {
 			return o, fmt.Errorf("bench: scenario %q has no kind", s.Name)
 		}
-		if s.Kind.writes() && !s.Equality && o.RewriteDeleted > 0 {
-			return o, fmt.Errorf("bench: scenario %s: RewriteDeleted needs the equality delete mode (scenarios unbounded-equality, bounded-equality)", s.Name)
-		}
 		if s.Kind == Bounded && s.MemoryLimit <= 0 {
 			return o, fmt.Errorf("bench: scenario %q needs a positive memory limit", s.Name)
 		}

@@ -393,9 +393,12 @@ func (c *Committer) commitOnce(ctx context.Context, epoch uint64, payloads []Pay
 			if df.FilePath() != f.Path {
 				return nil, fmt.Errorf("manifest entry of %s names %s", f.Path, df.FilePath())
 			}
-			if f.Kind == DataFile {
+			switch f.Kind {
+			case DataFile:
 				rd.AddRows(df)
-			} else {
+			case ReplacedDeletionVector:
+				rd.RemoveDeletes(df)
+			default:
 				rd.AddDeletes(df)
 			}
 		}

@@ -19,6 +19,14 @@ const (
 	DataFile           FileKind = iota + 1 // rows
 	PositionDeleteFile                     // (file_path, pos) of deleted rows
 	EqualityDeleteFile                     // key columns of deleted keys
+	// DeletionVector is one data file's deleted positions (format v3), a
+	// blob of a Puffin file that may hold the vectors of other data files.
+	DeletionVector
+	// ReplacedDeletionVector is a live deletion vector of the table that
+	// a DeletionVector of the same payload replaces (it holds all of its
+	// positions): removed in the same snapshot, never deleted as a file by
+	// the writer.
+	ReplacedDeletionVector
 )
 
 // String names k.
@@ -30,6 +38,10 @@ func (k FileKind) String() string {
 		return "position-delete"
 	case EqualityDeleteFile:
 		return "equality-delete"
+	case DeletionVector:
+		return "deletion-vector"
+	case ReplacedDeletionVector:
+		return "replaced-deletion-vector"
 	}
 	return fmt.Sprintf("FileKind(%d)", uint8(k))
 }
@@ -111,7 +123,7 @@ func UnmarshalPayload(b []byte) (Payload, error) {
 		return Payload{}, fmt.Errorf("%w (%d); this release reads up to %d", ErrPayloadVersion, p.Version, PayloadVersion)
 	}
 	for i, f := range p.Files {
-		if f.Kind < DataFile || f.Kind > EqualityDeleteFile || f.Path == "" || len(f.Entry) == 0 {
+		if f.Kind < DataFile || f.Kind > ReplacedDeletionVector || f.Path == "" || len(f.Entry) == 0 {
 			return Payload{}, fmt.Errorf("commit: decoding payload: file %d (%q) is malformed", i, f.Path)
 		}
 	}

@@ -9,15 +9,20 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/warehouse"
 )
 
-// TestKeyIndexManyCommits runs 120 commits of an update-heavy stream in
-// DeleteByPosition mode, restarting the writer (its key index rebuilt
-// from the table) every 30 commits, with a foreign iceberg-go append of
-// rows whose keys the stream later updates and deletes between restarts.
+// TestKeyIndexManyCommits runs 120 commits of an update-heavy stream,
+// the first 30 in DeleteByEquality mode and the rest in DeleteByPosition
+// mode, restarting the writer (its key index rebuilt from the table,
+// equality deletes applied) every 30 commits, with a foreign iceberg-go
+// append of rows whose keys the stream later updates and deletes between
+// restarts.
 // The table must read back as the model, with no equality delete, and
 // the updates of keys from old commits must have been position deletes.
 func TestKeyIndexManyCommits(t *testing.T) {
@@ -64,8 +69,14 @@ func TestKeyIndexManyCommits(t *testing.T) {
 							m.apply(deltawriter.Change{Op: deltawriter.Insert, Row: r})
 						}
 					}
+					// The first 30 commits are written with equality
+					// deletes: the rebuilds must apply them.
+					mode := deltawriter.DeleteByPosition
+					if c == 0 {
+						mode = deltawriter.DeleteByEquality
+					}
 					var err error
-					w, err = deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, MemoryLimit: limit, SpillDir: t.TempDir()})
+					w, err = deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, MemoryLimit: limit, SpillDir: t.TempDir(), DeleteMode: mode})
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -120,5 +131,111 @@ func appendForeign(t *testing.T, ctx context.Context, e *env, rows [][]any) {
 	e.tbl = tbl
 	if err := e.cm.Refresh(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// newEnvV3 is newEnv with a format v3 table.
+func newEnvV3(t *testing.T) *env {
+	t.Helper()
+	ctx := context.Background()
+	wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { wh.Close() })
+	ident := table.Identifier{"db", "t"}
+	tbl, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: simpleSchema, Properties: iceberg.Properties{"format-version": "3"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tbl.Metadata().Version() != 3 {
+		t.Fatalf("created a version %d table", tbl.Metadata().Version())
+	}
+	cm, err := commit.NewCommitter(ctx, wh.Catalog, ident, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{t: t, wh: wh, tbl: tbl, cm: cm}
+}
+
+// TestDeletionVectorsV3 writes a format v3 table over many commits, with
+// writer restarts (the key index and the live deletion vectors rebuilt
+// from the table) and a foreign append, in both delete modes: every
+// position delete is a deletion vector, a data file never has two live
+// vectors (each new one merges the old, which the same snapshot
+// removes), and the table reads back through iceberg-go's scanner as the
+// model.
+func TestDeletionVectorsV3(t *testing.T) {
+	for _, mode := range []deltawriter.DeleteMode{deltawriter.DeleteByPosition, deltawriter.DeleteByEquality} {
+		t.Run(mode.String(), func(t *testing.T) {
+			ctx := context.Background()
+			rng := rand.New(rand.NewPCG(11, uint64(mode)))
+			e := newEnvV3(t)
+			m := newModel(t, simpleSchema)
+			const commits, per = 24, 300
+			stream := randomStream(rng, commits*per, 800)
+			var w *deltawriter.Writer
+			defer func() { w.Close(ctx) }()
+			for c := 0; c < commits; c++ {
+				if c%8 == 0 {
+					if w != nil {
+						w.Close(ctx)
+					}
+					if c > 0 {
+						var rows [][]any
+						for k := int64(c); len(rows) < 3 && k < 800; k += 5 {
+							kb, _ := m.keys.Append(nil, []any{k, nil, nil})
+							if _, live := m.rows[string(kb)]; !live {
+								rows = append(rows, []any{k, "foreign", int64(-c)})
+							}
+						}
+						appendForeign(t, ctx, e, rows)
+						for _, r := range rows {
+							m.apply(deltawriter.Change{Op: deltawriter.Insert, Row: r})
+						}
+					}
+					var err error
+					w, err = deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, DeleteMode: mode, SpillDir: t.TempDir()})
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				for _, ch := range stream[c*per : (c+1)*per] {
+					if err := w.Write(ctx, ch); err != nil {
+						t.Fatal(err)
+					}
+					m.apply(ch)
+				}
+				p := e.commitWindow(w, uint64(c+1))
+				for _, f := range p.Files {
+					if f.Kind == commit.PositionDeleteFile {
+						t.Fatalf("commit %d wrote a position-delete file %s into a v3 table", c+1, f.Path)
+					}
+				}
+			}
+			m.check(t, e.tbl)
+			checkNoEqualityDeletes(t, w)
+			tasks, err := e.tbl.Scan().PlanFiles(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dvs := 0
+			for _, task := range tasks {
+				n := len(task.DeletionVectorFiles)
+				if len(task.DeleteFiles) > 0 {
+					t.Errorf("data file %s has %d position-delete files", task.File.FilePath(), len(task.DeleteFiles))
+				}
+				if n > 1 {
+					t.Errorf("data file %s has %d live deletion vectors", task.File.FilePath(), n)
+				}
+				dvs += n
+			}
+			if (dvs == 0) == (mode == deltawriter.DeleteByPosition) {
+				// Equality mode deletes old rows by key and rewrites the
+				// window's own files: no vector.
+				t.Errorf("%d deletion vectors in the table in %v mode", dvs, mode)
+			}
+			t.Logf("%d data files, %d with a deletion vector", len(tasks), dvs)
+		})
 	}
 }

@@ -100,30 +100,6 @@ func TestFilesCompleteOnObjectStorage(t *testing.T) {
 	}
 }
 
-// A format v3 table is refused with the reason (its position deletes must
-// be deletion vectors), not written with v2 position-delete files.
-func TestRefusesV3(t *testing.T) {
-	ctx := context.Background()
-	wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wh.Close()
-	schema := iceberg.NewSchemaWithIdentifiers(0, []int{1},
-		iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true})
-	tbl, _, err := wh.LoadOrCreate(ctx, table.Identifier{"db", "v3"}, warehouse.TableSpec{Schema: schema, Properties: iceberg.Properties{"format-version": "3"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tbl.Metadata().Version() != 3 {
-		t.Fatalf("created a version %d table", tbl.Metadata().Version())
-	}
-	_, err = deltawriter.New(ctx, tbl, deltawriter.Options{SpillDir: t.TempDir()})
-	if err == nil || !strings.Contains(err.Error(), "deletion vectors") {
-		t.Fatalf("v3 table: got %v, want a refusal naming deletion vectors", err)
-	}
-}
-
 // A table whose partitioning evolved is refused with the reason, since
 // equality deletes apply within one spec's partitions.
 func TestRefusesEvolvedSpec(t *testing.T) {

@@ -23,11 +23,11 @@ import (
 // position deletes are dropped. The old file is removed; its entry in
 // w.done becomes the new file's, or a blank one (Path "") that
 // PrepareCommit drops.
-func (w *Writer) rewriteDeleted(ctx context.Context, ln *lane) error {
+func (w *Writer) rewriteDeleted(ctx context.Context, ln *lane, share float64) error {
 	pick := map[uint32][]uint32{} // file ordinal -> deleted positions
 	for ord, fi := range w.files {
 		if fi.lane == ln && fi.done >= 0 && !fi.flushed && fi.deleted > 0 &&
-			float64(fi.deleted) >= w.opts.RewriteDeleted*float64(fi.rows) {
+			float64(fi.deleted) >= share*float64(fi.rows) {
 			pick[uint32(ord)] = nil
 		}
 	}
@@ -56,6 +56,8 @@ func (w *Writer) rewriteDeleted(ctx context.Context, ln *lane) error {
 		if err := w.rewriteFile(ctx, ln, w.files[ord], ps); err != nil {
 			return err
 		}
+		// The key index (Committed) finds the rows at their new places.
+		w.files[ord].dropped = ps
 		w.stats.RewrittenFiles++
 		w.stats.RewrittenDeletes += int64(len(ps))
 	}
@@ -120,10 +122,12 @@ func (w *Writer) rewriteFile(ctx context.Context, ln *lane, fi *fileInfo, delete
 	}
 	w.stats.DataFiles--
 	w.stats.DataRows -= fi.rows
+	fi.moved = true
 	if dst.rows == 0 {
 		dst.abort(w.fs)
 		w.done[fi.done] = commit.File{}
 	} else {
+		fi.newPath = path
 		md, size, err := dst.close()
 		if err != nil {
 			return fmt.Errorf("deltawriter: %w", err)

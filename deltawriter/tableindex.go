@@ -13,6 +13,7 @@ import (
 	"github.com/apache/iceberg-go"
 	iceio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
+	"github.com/apache/iceberg-go/table/dv"
 
 	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/dedup"
@@ -142,20 +143,31 @@ func (r *rebuilder) dataFile(ctx context.Context, task table.FileScanTask) error
 	var deleted []int64
 	var eqSets []map[string]struct{}
 	for _, df := range task.DeleteFiles {
-		switch df.ContentType() {
-		case iceberg.EntryContentPosDeletes:
-			byFile, err := r.readPosDeletes(ctx, df.FilePath())
-			if err != nil {
-				return err
-			}
-			deleted = append(deleted, byFile[path]...)
-		case iceberg.EntryContentEqDeletes:
-			set, err := r.readEqDeletes(ctx, df.FilePath())
-			if err != nil {
-				return err
-			}
-			eqSets = append(eqSets, set)
+		byFile, err := r.readPosDeletes(ctx, df.FilePath())
+		if err != nil {
+			return err
 		}
+		deleted = append(deleted, byFile[path]...)
+	}
+	for _, df := range task.DeletionVectorFiles {
+		bm, err := dv.ReadDV(r.fs, df)
+		if err != nil {
+			return err
+		}
+		for p := range bm.Positions() {
+			deleted = append(deleted, int64(p))
+		}
+		if w.dvs.live == nil {
+			w.dvs.live = map[string]iceberg.DataFile{}
+		}
+		w.dvs.live[path] = df
+	}
+	for _, df := range task.EqualityDeleteFiles {
+		set, err := r.readEqDeletes(ctx, df.FilePath())
+		if err != nil {
+			return err
+		}
+		eqSets = append(eqSets, set)
 	}
 	slices.Sort(deleted)
 	lane := ""
@@ -377,6 +389,28 @@ func (w *Writer) resolveOld() error {
 		}
 		return int(int64(a.pos) - int64(b.pos))
 	})
+	if w.version >= 3 {
+		for len(dels) > 0 {
+			id := dels[0].file
+			n := 1
+			for n < len(dels) && dels[n].file == id {
+				n++
+			}
+			ln, ok := w.lanes[t.lanes[id]]
+			if !ok {
+				return fmt.Errorf("deltawriter: no partition %q for the deletes of %s", t.lanes[id], t.files[id])
+			}
+			pos := make([]int64, n)
+			for i, d := range dels[:n] {
+				pos[i] = int64(d.pos)
+			}
+			if err := w.dvAdd(t.files[id], ln, pos); err != nil {
+				return err
+			}
+			dels = dels[n:]
+		}
+		return nil
+	}
 	for len(dels) > 0 {
 		lk := t.lanes[dels[0].file]
 		n := 1
@@ -422,6 +456,9 @@ func (w *Writer) Committed(ctx context.Context) error {
 	t := w.tidx
 	ids := make([]uint32, len(p.paths))
 	for i, path := range p.paths {
+		if path == "" {
+			continue // rewritten without any row
+		}
 		id, err := t.fileID(path, p.lanes[i])
 		if err != nil {
 			return w.fail(err)
@@ -434,7 +471,17 @@ func (w *Writer) Committed(ctx context.Context) error {
 	err := w.index.Each(func(h uint64, key []byte, s dedup.State) bool {
 		switch {
 		case s.HasRow:
-			perr = t.ix.Put(h, key, dedup.State{Row: dedup.Ref{File: ids[s.Row.File], Pos: s.Row.Pos}, HasRow: true})
+			ord, pos := s.Row.File, s.Row.Pos
+			if p.paths[ord] == "" {
+				perr = fmt.Errorf("a live row in a rewritten file that kept none")
+				break
+			}
+			if d := p.dropped[ord]; d != nil {
+				// Rows before it that the rewrite dropped move it up.
+				n, _ := slices.BinarySearch(d, pos)
+				pos -= uint32(n)
+			}
+			perr = t.ix.Put(h, key, dedup.State{Row: dedup.Ref{File: ids[ord], Pos: pos}, HasRow: true})
 		case s.EqDeleted:
 			perr = t.ix.Put(h, key, dedup.State{})
 		}
@@ -447,6 +494,7 @@ func (w *Writer) Committed(ctx context.Context) error {
 		return w.fail(fmt.Errorf("deltawriter: updating the key index with the committed window: %w", err))
 	}
 	w.pending = nil
+	w.dvCommitted()
 	if err := w.index.Reset(); err != nil {
 		return w.fail(fmt.Errorf("deltawriter: resetting the index: %w", err))
 	}
@@ -456,6 +504,7 @@ func (w *Writer) Committed(ctx context.Context) error {
 // pendingWindow is a prepared window awaiting Committed or Abort: its data
 // files by ordinal, with their lanes.
 type pendingWindow struct {
-	paths []string
-	lanes []string
+	paths   []string
+	lanes   []string
+	dropped [][]uint32 // the positions a rewrite dropped, sorted (nil: none)
 }

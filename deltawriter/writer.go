@@ -210,6 +210,7 @@ type Writer struct {
 	index     *dedup.Index
 	tidx      *tableIndex    // DeleteByPosition: the table-wide key index
 	pending   *pendingWindow // DeleteByPosition: prepared, not yet confirmed
+	dvs       dvState        // format v3: deletion vectors
 	enc       *encoder       // encodes the open files' batches; stopped by Close
 
 	window string // unique id of the window, part of file names
@@ -238,6 +239,11 @@ type fileInfo struct {
 	rows    int64 // rows, once closed
 	deleted int64 // position deletes of its rows in the window
 	flushed bool  // some of them are in a position-delete file already
+	// moved: PrepareCommit rewrote the file without the dropped rows
+	// (sorted positions) into newPath ("" when no row was left).
+	moved   bool
+	newPath string
+	dropped []uint32
 }
 
 // lane is one partition's open data file and delete buffers.
@@ -276,15 +282,13 @@ func New(ctx context.Context, tbl *table.Table, opts Options) (*Writer, error) {
 	if opts.RewriteDeleted < 0 || opts.RewriteDeleted > 1 {
 		return nil, fmt.Errorf("deltawriter: RewriteDeleted %v is not a share between 0 and 1", opts.RewriteDeleted)
 	}
-	if opts.RewriteDeleted > 0 && opts.DeleteMode == DeleteByPosition {
-		return nil, fmt.Errorf("deltawriter: RewriteDeleted moves rows within the window's files, which the key index of DeleteByPosition would not follow; use it with DeleteByEquality")
-	}
+
 	meta := tbl.Metadata()
 	switch {
 	case meta.Version() < 2:
 		return nil, fmt.Errorf("deltawriter: table %v has format version %d; row-level deletes need version 2 or later", tbl.Identifier(), meta.Version())
-	case meta.Version() > 2:
-		return nil, fmt.Errorf("deltawriter: table %v has format version %d, whose position deletes must be deletion vectors, which this writer does not write yet; use a version 2 table", tbl.Identifier(), meta.Version())
+	case meta.Version() > 3:
+		return nil, fmt.Errorf("deltawriter: table %v has format version %d; this writer writes versions 2 and 3", tbl.Identifier(), meta.Version())
 	case len(meta.PartitionSpecs()) > 1:
 		return nil, fmt.Errorf("deltawriter: table %v has %d partition specs (its partitioning evolved): equality deletes apply within one spec's partitions, so rows written under an older spec could not be deleted; this writer takes tables with one spec", tbl.Identifier(), len(meta.PartitionSpecs()))
 	}
@@ -644,7 +648,9 @@ func (w *Writer) positionDelete(ref dedup.Ref) error {
 	ln := fi.lane
 	ln.posDel = append(ln.posDel, uint64(ref.File)<<32|uint64(ref.Pos))
 	w.posDels++
-	if w.posDels >= w.opts.DeleteBufferRows {
+	if w.posDels >= w.opts.DeleteBufferRows && w.version < 3 {
+		// (Format v3 keeps them for the rewrite at PrepareCommit: 8 bytes
+		// per deleted row of the window, past the share.)
 		w.stats.LocalFlushes++
 		for _, l := range w.lanes {
 			if err := w.flushPositionDeletes(l); err != nil {
@@ -750,6 +756,9 @@ func (w *Writer) flushPositionDeletes(ln *lane) error {
 	if len(ln.posDel) == 0 {
 		return nil
 	}
+	if w.version >= 3 {
+		return fmt.Errorf("deltawriter: %d position deletes of the window's own rows left after its files were rewritten", len(ln.posDel))
+	}
 	// Rank the window's files by path so that sorting (rank, pos) as one
 	// integer sorts by (file_path, pos).
 	ords := make([]uint32, len(w.files))
@@ -847,13 +856,30 @@ func (w *Writer) PrepareCommit(ctx context.Context) (commit.Payload, error) {
 				return commit.Payload{}, w.fail(err)
 			}
 		}
-		if w.opts.RewriteDeleted > 0 {
-			if err := w.rewriteDeleted(ctx, ln); err != nil {
+		switch {
+		case w.version >= 3:
+			// A deletion vector may not name a data file of its own
+			// snapshot (iceberg-go v0.7.0 checks that it exists in the
+			// table): the window's files with deleted rows are rewritten
+			// without them instead.
+			if err := w.rewriteDeleted(ctx, ln, 0); err != nil {
+				return commit.Payload{}, w.fail(err)
+			}
+		case w.opts.RewriteDeleted > 0:
+			if err := w.rewriteDeleted(ctx, ln, w.opts.RewriteDeleted); err != nil {
 				return commit.Payload{}, w.fail(err)
 			}
 		}
 		if err := w.flushPositionDeletes(ln); err != nil {
 			return commit.Payload{}, w.fail(err)
+		}
+	}
+	if w.version >= 3 {
+		if err := w.flushDVs(ctx); err != nil {
+			return commit.Payload{}, w.fail(err)
+		}
+		if w.tidx == nil {
+			w.dvs.pending = nil // only the key index needs the live vectors
 		}
 	}
 	w.done = slices.DeleteFunc(w.done, func(f commit.File) bool { return f.Path == "" })
@@ -870,9 +896,12 @@ func (w *Writer) PrepareCommit(ctx context.Context) (commit.Payload, error) {
 	if w.tidx != nil {
 		// The window index stays until Committed moves it into the key
 		// index (or Abort drops it).
-		pw := &pendingWindow{paths: make([]string, len(w.files)), lanes: make([]string, len(w.files))}
+		pw := &pendingWindow{paths: make([]string, len(w.files)), lanes: make([]string, len(w.files)), dropped: make([][]uint32, len(w.files))}
 		for i, fi := range w.files {
 			pw.paths[i], pw.lanes[i] = fi.path, fi.lane.key
+			if fi.moved {
+				pw.paths[i], pw.dropped[i] = fi.newPath, fi.dropped
+			}
 		}
 		w.pending = pw
 		p.BaseSnapshot = w.tidx.base
@@ -906,6 +935,7 @@ func (w *Writer) Abort(ctx context.Context) error {
 	errs = append(errs, w.Discard(ctx, commit.Payload{Files: w.done}))
 	errs = append(errs, w.index.Reset())
 	w.pending = nil
+	w.dvReset()
 	w.resetWindow()
 	w.err = nil
 	return errors.Join(errs...)
@@ -914,10 +944,14 @@ func (w *Writer) Abort(ctx context.Context) error {
 // Discard removes the files of a payload that will not be committed.
 func (w *Writer) Discard(ctx context.Context, p commit.Payload) error {
 	var errs []error
+	removed := map[string]bool{}
 	for _, f := range p.Files {
-		if f.Path == "" {
-			continue // a rewritten file that kept no row
+		if f.Path == "" || f.Kind == commit.ReplacedDeletionVector || removed[f.Path] {
+			// A rewritten file that kept no row; a live vector of the
+			// table; a Puffin file holding several vectors.
+			continue
 		}
+		removed[f.Path] = true
 		if err := w.fs.Remove(f.Path); err != nil {
 			errs = append(errs, fmt.Errorf("deltawriter: removing %s: %w", f.Path, err))
 		}

@@ -111,9 +111,6 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return fmt.Errorf("%w: --delete-mode: %v", errUsage, err)
 	}
-	if dm == deltawriter.DeleteByPosition && *rewrite > 0 {
-		return fmt.Errorf("%w: --rewrite-deleted needs --delete-mode equality (the key index does not follow rows a rewrite moves)", errUsage)
-	}
 	m, err := deltawriter.ParseMode(*mode)
 	if err != nil {
 		return fmt.Errorf("%w: --mode: %v", errUsage, err)
