@@ -158,7 +158,7 @@ func (ix *Index) Put(hash uint64, key []byte, s State) error {
 		ix.mem.setAt(slot, s)
 		return nil
 	}
-	if ix.opts.MemoryLimit > 0 && ix.mem.len() > 0 && ix.overBudget(len(key)) {
+	if ix.opts.MemoryLimit > 0 && ix.mem.len() >= minSpillKeys && ix.overBudget(len(key)) {
 		if err := ix.spill(); err != nil {
 			return err
 		}
@@ -179,6 +179,12 @@ func (ix *Index) Put(hash uint64, key []byte, s State) error {
 	return nil
 }
 
+// minSpillKeys is the fewest keys a spill writes: a run's own index and
+// filter cost more than a smaller tier frees, so a budget whose runs
+// leave no room for more (below its floor) is exceeded rather than
+// thrashed (spilling at every Put).
+const minSpillKeys = 1024
+
 // overBudget reports whether adding a key of keyLen bytes to the memory
 // tier could take the index past its limit: the tier's growth, the runs'
 // in-memory index and filters, and the room kept for the block cache.
@@ -188,6 +194,44 @@ func (ix *Index) overBudget(keyLen int) bool {
 		n += ix.set.MemoryBytes()
 	}
 	return n > ix.opts.MemoryLimit
+}
+
+// Ingest adds the states each yields, in (hash, key) order and newer than
+// everything the index holds. A bounded index writes them as one sorted
+// run (its memory tier spilled first, so that the run is the newest),
+// sequentially, without passing them through the memory tier: what a key
+// index takes from a committed window. n estimates the count (it sizes
+// the run's filter). An unbounded index puts them in memory.
+func (ix *Index) Ingest(n int, each func(fn func(hash uint64, key []byte, s State) bool) error) error {
+	if ix.opts.MemoryLimit == 0 {
+		var perr error
+		err := each(func(h uint64, k []byte, s State) bool {
+			perr = ix.Put(h, k, s)
+			return perr == nil
+		})
+		return errors.Join(err, perr)
+	}
+	if ix.mem.len() > 0 || ix.set == nil {
+		if err := ix.spill(); err != nil {
+			return err
+		}
+	}
+	ix.last.valid = false
+	var eerr error
+	entries := func(yield func(spill.Entry) bool) {
+		eerr = each(func(h uint64, k []byte, s State) bool {
+			ix.val = appendValue(ix.val[:0], s)
+			return yield(spill.Entry{Hash: h, Key: k, Value: ix.val})
+		})
+	}
+	_, err := ix.set.Flush(n, entries)
+	if eerr != nil {
+		return eerr
+	}
+	if err != nil {
+		return fmt.Errorf("dedup: ingesting a sorted run: %w", err)
+	}
+	return nil
 }
 
 // spill writes the memory tier as the newest run and empties it.

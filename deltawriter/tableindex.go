@@ -465,27 +465,29 @@ func (w *Writer) Committed(ctx context.Context) error {
 		}
 		ids[i] = id
 	}
-	// The window index is read in (hash, key) order and the table index
-	// takes its states.
+	// The window index is read in (hash, key) order: the key index takes
+	// its states as one sorted run (a bounded index) or in memory.
 	var perr error
-	err := w.index.Each(func(h uint64, key []byte, s dedup.State) bool {
-		switch {
-		case s.HasRow:
-			ord, pos := s.Row.File, s.Row.Pos
-			if p.paths[ord] == "" {
-				perr = fmt.Errorf("a live row in a rewritten file that kept none")
-				break
+	err := t.ix.Ingest(-1, func(put func(uint64, []byte, dedup.State) bool) error {
+		return w.index.Each(func(h uint64, key []byte, s dedup.State) bool {
+			switch {
+			case s.HasRow:
+				ord, pos := s.Row.File, s.Row.Pos
+				if p.paths[ord] == "" {
+					perr = fmt.Errorf("a live row in a rewritten file that kept none")
+					return false
+				}
+				if d := p.dropped[ord]; d != nil {
+					// Rows before it that the rewrite dropped move it up.
+					n, _ := slices.BinarySearch(d, pos)
+					pos -= uint32(n)
+				}
+				return put(h, key, dedup.State{Row: dedup.Ref{File: ids[ord], Pos: pos}, HasRow: true})
+			case s.EqDeleted:
+				return put(h, key, dedup.State{})
 			}
-			if d := p.dropped[ord]; d != nil {
-				// Rows before it that the rewrite dropped move it up.
-				n, _ := slices.BinarySearch(d, pos)
-				pos -= uint32(n)
-			}
-			perr = t.ix.Put(h, key, dedup.State{Row: dedup.Ref{File: ids[ord], Pos: pos}, HasRow: true})
-		case s.EqDeleted:
-			perr = t.ix.Put(h, key, dedup.State{})
-		}
-		return perr == nil
+			return true
+		})
 	})
 	if err == nil {
 		err = perr

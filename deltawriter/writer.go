@@ -119,10 +119,12 @@ func (o Options) withDefaults(props iceberg.Properties) Options {
 		o.Index.MemoryLimit = l / 2
 		o.Index.CacheBytes = l / 16
 		if o.DeleteMode == DeleteByPosition {
-			// The window's index and the table's key index share the
-			// half (the cache likewise).
-			o.Index.MemoryLimit, o.Index.CacheBytes = l/4, l/32
-			o.tableIndex = dedup.Options{MemoryLimit: l / 4, CacheBytes: l / 32}
+			// The window's index keeps 3/8 and the table's key index
+			// takes 1/8 (it takes each committed window as one sorted
+			// run, so its memory tier stays small); the cache is split
+			// likewise.
+			o.Index.MemoryLimit, o.Index.CacheBytes = l*3/8, l/32
+			o.tableIndex = dedup.Options{MemoryLimit: max(l/8, 128<<10), CacheBytes: l / 32}
 		}
 		o.Index.SpillDir = o.SpillDir
 		o.DeleteBufferRows = int(max(l/8/8, 1024))
