@@ -131,7 +131,7 @@ func prepareFinal(ctx context.Context, e *runEnv) (*table.Table, *recordSource, 
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	wh, tbl, err := openTable(ctx, dirs[0], e.opts.Stream)
+	wh, tbl, err := openTable(ctx, dirs[0], e.opts.Stream, e.opts.FormatVersion)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -71,7 +71,7 @@ func freshTable(b *testing.B, ctx context.Context, o StreamOptions) (*warehouse.
 	if err != nil {
 		b.Fatal(err)
 	}
-	wh, tbl, err := openTable(ctx, filepath.Join(dir, "warehouse"), o)
+	wh, tbl, err := openTable(ctx, filepath.Join(dir, "warehouse"), o, 2)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -37,6 +37,9 @@ type Options struct {
 	// RewriteDeleted is the writer scenarios' Options.RewriteDeleted: the
 	// deleted share at which a data file is rewritten at commit (0: never).
 	RewriteDeleted float64
+	// FormatVersion is the Iceberg format of the runs' tables: 2 (the
+	// default) or 3 (deletion vectors).
+	FormatVersion int
 	// WorkDir holds a fresh folder per run (warehouse, spill runs, the
 	// floor's file), removed after the run unless Keep. Default: the OS
 	// temp dir.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/icesink/icesink/commit"
@@ -22,12 +24,13 @@ const (
 )
 
 // openTable opens a fresh warehouse under dir and creates the stream's table.
-func openTable(ctx context.Context, dir string, o StreamOptions) (*warehouse.Warehouse, *table.Table, error) {
+func openTable(ctx context.Context, dir string, o StreamOptions, version int) (*warehouse.Warehouse, *table.Table, error) {
 	wh, err := warehouse.Open(ctx, dir, warehouse.Options{})
 	if err != nil {
 		return nil, nil, err
 	}
-	tbl, _, err := wh.LoadOrCreate(ctx, benchIdent(), warehouse.TableSpec{Schema: o.Schema()})
+	props := iceberg.Properties{"format-version": strconv.Itoa(max(version, 2))}
+	tbl, _, err := wh.LoadOrCreate(ctx, benchIdent(), warehouse.TableSpec{Schema: o.Schema(), Properties: props})
 	if err != nil {
 		wh.Close()
 		return nil, nil, err
@@ -41,7 +44,7 @@ func runWriter(ctx context.Context, e *runEnv) (err error) {
 	if err != nil {
 		return err
 	}
-	wh, _, err := openTable(ctx, dirs[0], e.opts.Stream)
+	wh, _, err := openTable(ctx, dirs[0], e.opts.Stream, e.opts.FormatVersion)
 	if err != nil {
 		return err
 	}
@@ -147,7 +150,9 @@ func (r *RunResult) tally(files []commit.File) {
 		switch f.Kind {
 		case commit.DataFile:
 			c = &r.Data
-		case commit.PositionDeleteFile:
+		case commit.PositionDeleteFile, commit.DeletionVector:
+			// (Deletion vectors count one file per vector: a Puffin file
+			// holds several.)
 			c = &r.PositionDeletes
 		case commit.EqualityDeleteFile:
 			c = &r.EqualityDeletes

@@ -218,11 +218,11 @@ func (c *Committer) CheckPayload(p *Payload) error {
 // the window's position deletes could not have seen those rows.
 var ErrForeignChange = errors.New("the table's rows were changed by another writer after the sink's key index was built")
 
-// checkKeyIndexed refuses key-indexed payloads when a snapshot that is
+// CheckKeyIndexed refuses key-indexed payloads (ErrForeignChange) when a snapshot that is
 // not this sink's and not a rewrite of manifests (operation replace) came
 // after the newest of the writers' index base and this committer's last
 // commit.
-func (c *Committer) checkKeyIndexed(payloads []Payload) error {
+func (c *Committer) CheckKeyIndexed(payloads []Payload) error {
 	var bases []int64
 	for i := range payloads {
 		if payloads[i].KeyIndexed && !payloads[i].Empty() {
@@ -294,7 +294,7 @@ func (c *Committer) Commit(ctx context.Context, epoch uint64, payloads []Payload
 			}
 			return res, nil
 		}
-		if err := c.checkKeyIndexed(payloads); err != nil {
+		if err := c.CheckKeyIndexed(payloads); err != nil {
 			return res, fmt.Errorf("commit: epoch %d: %w", epoch, err)
 		}
 		tbl, err := c.commitOnce(ctx, epoch, payloads, props)

@@ -384,3 +384,53 @@ func liveRowsOf(t *testing.T, ctx context.Context, wh *warehouse.Warehouse, iden
 	}
 	return liveRows(t, ctx, tbl)
 }
+
+// A foreign append in the middle of a run in position mode: the commit
+// after it is refused (the writers' key indexes cannot have seen the new
+// rows) and the run stops; the rerun drops the refused recorded epoch,
+// rebuilds the indexes from the table and ends with the input's final
+// state plus the foreign rows, with no equality delete.
+func TestForeignChangeStopsKeyIndexedRun(t *testing.T) {
+	ctx := context.Background()
+	wh, ident := newWarehouse(t)
+	input := genInput(t, 3, 1500, 300)
+	foreign := [][]any{{int64(90000), "f", int32(1), int64(100)}, {int64(90001), "g", int32(2), int64(200)}}
+	cfg := sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "s", CheckpointRows: 200, Writers: 2,
+		StateDir: t.TempDir(), Writer: deltawriter.Options{SpillDir: t.TempDir()}}
+	var once sync.Once
+	cfg.Progress = func(p sink.Progress) {
+		if p.Epoch == 3 {
+			once.Do(func() { foreignAppend(t, ctx, wh, ident, foreign) })
+		}
+	}
+	dec, err := changelog.NewDecoder(bytes.NewReader(input), changelog.ChangelogJSON, fuzzSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sink.Run(ctx, cfg, dec); err == nil || !strings.Contains(err.Error(), "changed by another writer") {
+		t.Fatalf("first run: got %v, want a refusal naming the foreign change", err)
+	}
+	cfg.Progress = nil
+	dec, err = changelog.NewDecoder(bytes.NewReader(input), changelog.ChangelogJSON, fuzzSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := sink.Run(ctx, cfg, dec)
+	if err != nil {
+		t.Fatalf("rerun: %v", err)
+	}
+	want := modelUpTo(t, input, changelog.ChangelogJSON, 1<<62)
+	kc, _ := deltawriter.NewKeyCodec(fuzzSchema)
+	for _, r := range foreign {
+		row := []any{r[0], r[1], r[2], decimalOf(r[3].(int64))}
+		k, _ := kc.Append(nil, row)
+		want[string(k)] = row
+	}
+	got := liveRowsOf(t, ctx, wh, ident)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("table has %d live rows, want %d (the input's final state and the foreign rows)", len(got), len(want))
+	}
+	if res.Stats.EqualityDeletes != 0 || res.Stats.IndexRebuildRows == 0 {
+		t.Fatalf("rerun: %d equality-delete rows, %d rows read to rebuild the key index; want 0 and some", res.Stats.EqualityDeletes, res.Stats.IndexRebuildRows)
+	}
+}

@@ -348,7 +348,7 @@ func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*c
 			return nil, nil, nil, err
 		}
 		store, closeStore = st, st.Close
-		if err := checkRecorded(ctx, st, cm); err != nil {
+		if err := checkRecorded(ctx, st, cm, ec.log); err != nil {
 			closeStore()
 			return nil, nil, nil, fmt.Errorf("the coordinator's state in %s does not belong to table %v: %w (move that folder away to start afresh; the files of its epochs are then left as orphans)", cfg.StateDir, cfg.Ident, err)
 		}
@@ -376,8 +376,13 @@ func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*c
 // checkRecorded refuses a state store whose recorded, uncommitted epochs
 // hold payloads the committer must not commit (another table's files, or
 // another sink's), before the coordinator would commit them on recovery.
-func checkRecorded(ctx context.Context, store coordinator.StateStore, cm *commit.Committer) error {
-	_, b, err := store.Latest(ctx)
+// A recorded epoch whose key-indexed deletes another writer's later change
+// of the table made stale (commit.ErrForeignChange) is dropped, with the
+// epochs after it, from the state: its lines are written again from the
+// input by writers whose key index is rebuilt from the table (its files
+// are left as orphans, which an in-process run removes).
+func checkRecorded(ctx context.Context, store coordinator.StateStore, cm *commit.Committer, log *slog.Logger) error {
+	id, b, err := store.Latest(ctx)
 	if errors.Is(err, coordinator.ErrNoState) {
 		return nil
 	}
@@ -388,10 +393,11 @@ func checkRecorded(ctx context.Context, store coordinator.StateStore, cm *commit
 	if err != nil {
 		return err
 	}
-	for _, e := range st.Epochs {
+	for i, e := range st.Epochs {
 		if e.Epoch <= st.LastCommitted {
 			continue
 		}
+		var ps []commit.Payload
 		for _, part := range e.Parts {
 			if len(part.Payload) == 0 {
 				continue
@@ -403,6 +409,18 @@ func checkRecorded(ctx context.Context, store coordinator.StateStore, cm *commit
 			if err := cm.CheckPayload(&p); err != nil {
 				return fmt.Errorf("recorded epoch %d: %w", e.Epoch, err)
 			}
+			ps = append(ps, p)
+		}
+		if err := cm.CheckKeyIndexed(ps); errors.Is(err, commit.ErrForeignChange) {
+			dropped := st.Epochs[i:]
+			st.Epochs = st.Epochs[:i]
+			if err := store.Save(ctx, id+1, coordinator.EncodeState(st)); err != nil {
+				return fmt.Errorf("dropping recorded epochs after a foreign change: %w", err)
+			}
+			log.Warn("sink: recorded epochs dropped; their input is written again", "epochs", fmt.Sprintf("%d-%d", dropped[0].Epoch, dropped[len(dropped)-1].Epoch), "reason", err)
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("recorded epoch %d: %w", e.Epoch, err)
 		}
 	}
 	return nil

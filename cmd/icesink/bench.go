@@ -90,6 +90,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	var commitEvery int64
 	fs.Var(countValue{&commitEvery}, "commit-every", "commit the window every `N` changes (0: one window for the whole stream)")
 	targetFile := fs.String("target-file-size", "", "writer's data-file `SIZE` (default: the table's, 512MiB)")
+	formatVersion := fs.Int("format-version", 2, "Iceberg format `VERSION` of the runs' tables: 2 or 3 (deletion vectors)")
 	rewrite := fs.Float64("rewrite-deleted", 0, "writers rewrite at commit each data file of which this `SHARE` of rows was deleted in the window (0: never)")
 	workDir := fs.String("work-dir", "", "`DIR` for the runs' warehouses and spill files (default: the OS temp dir)")
 	keep := fs.Bool("keep", false, "keep each run's folder")
@@ -129,6 +130,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Keep:           *keep,
 		SampleInterval: *interval,
 		RewriteDeleted: *rewrite,
+		FormatVersion:  *formatVersion,
 		CommandLine:    "icesink bench " + strings.Join(args, " "),
 	}
 	if opts.Mode, err = deltawriter.ParseMode(*mode); err != nil {

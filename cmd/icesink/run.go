@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 
@@ -280,17 +281,25 @@ func parseSize(s string) (int64, error) {
 }
 
 // specFlags are the flags that describe a table to create.
-type specFlags struct{ schema, partition string }
+type specFlags struct {
+	schema, partition string
+	version           int
+}
 
 func (f *specFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.schema, "schema", "", "Iceberg schema `FILE` (the spec's JSON form); required to create the table")
 	fs.StringVar(&f.partition, "partition-spec", "", "Iceberg partition spec `FILE` (JSON) for a new table; default unpartitioned")
+	fs.IntVar(&f.version, "format-version", 2, "Iceberg format `VERSION` of a new table: 2 (position-delete files) or 3 (deletion vectors)")
 }
 
 // spec reads the files the flags name (none: an empty spec, which only
 // loads an existing table).
 func (f *specFlags) spec() (warehouse.TableSpec, error) {
 	var spec warehouse.TableSpec
+	if f.version != 2 && f.version != 3 {
+		return spec, fmt.Errorf("%w: --format-version %d: icesink writes format 2 or 3", errUsage, f.version)
+	}
+	spec.Properties = iceberg.Properties{"format-version": strconv.Itoa(f.version)}
 	if f.schema != "" {
 		var err error
 		if spec.Schema, err = readSchema(f.schema); err != nil {
