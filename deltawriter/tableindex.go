@@ -15,7 +15,6 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"github.com/apache/iceberg-go/table/dv"
 
-	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/dedup"
 	"github.com/icesink/icesink/internal/arrowval"
 )
@@ -421,23 +420,10 @@ func (w *Writer) resolveOld() error {
 		if !ok {
 			return fmt.Errorf("deltawriter: no partition %q for the deletes of %s", lk, t.files[dels[0].file])
 		}
-		path := w.newPath(ln, "pos")
-		f, err := createParquetFile(w.fs, w.enc, path, table.PositionalDeleteArrowSchema, w.posProps, w.opts.BatchRows, w.opts.RowGroupBytes)
-		if err != nil {
-			return fmt.Errorf("deltawriter: %w", err)
-		}
+		// The lane's position-delete file at PrepareCommit takes them
+		// with the window's own: one file per partition and commit.
 		for _, d := range dels[:n] {
-			if err := f.appendPositionDelete(t.files[d.file], int64(d.pos)); err != nil {
-				f.abort(w.fs)
-				return fmt.Errorf("deltawriter: %w", err)
-			}
-		}
-		md, size, err := f.close()
-		if err != nil {
-			return fmt.Errorf("deltawriter: %w", err)
-		}
-		if err := w.finish(ln, commit.PositionDeleteFile, path, md, size, iceberg.PositionalDeleteSchema); err != nil {
-			return err
+			ln.oldDel = append(ln.oldDel, oldPosDel{path: t.files[d.file], pos: int64(d.pos)})
 		}
 		dels = dels[n:]
 	}

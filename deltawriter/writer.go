@@ -258,8 +258,9 @@ type lane struct {
 	posDel    []uint64 // file ordinal << 32 | pos
 	eq        *parquetFile
 	eqPending int64
-	used      int64 // Stats.Changes at the lane's last change
-	bytes     int64 // openBytes at the last account
+	oldDel    []oldPosDel // position deletes of earlier commits' rows, sorted (PrepareCommit)
+	used      int64       // Stats.Changes at the lane's last change
+	bytes     int64       // openBytes at the last account
 }
 
 // CheckTable reports why a table of schema, partitioned by spec (nil:
@@ -754,8 +755,14 @@ func (w *Writer) closeEq(ln *lane) error {
 // flushPositionDeletes writes the lane's buffered position deletes as one
 // file sorted by (file_path, pos), file_path being exactly the path the
 // data file is recorded under.
+// oldPosDel is a position delete of a row of an earlier commit.
+type oldPosDel struct {
+	path string
+	pos  int64
+}
+
 func (w *Writer) flushPositionDeletes(ln *lane) error {
-	if len(ln.posDel) == 0 {
+	if len(ln.posDel) == 0 && len(ln.oldDel) == 0 {
 		return nil
 	}
 	if w.version >= 3 {
@@ -782,14 +789,30 @@ func (w *Writer) flushPositionDeletes(ln *lane) error {
 	if err != nil {
 		return fmt.Errorf("deltawriter: %w", err)
 	}
-	for _, d := range ln.posDel {
-		if err := f.appendPositionDelete(w.files[ords[d>>32]].path, int64(d&(1<<32-1))); err != nil {
+	// Two sorted streams, the window's files' deletes and those of
+	// earlier commits' files, merged in (file_path, pos) order.
+	old := ln.oldDel
+	for i := 0; i < len(ln.posDel) || len(old) > 0; {
+		var path string
+		var pos int64
+		if i < len(ln.posDel) {
+			d := ln.posDel[i]
+			path, pos = w.files[ords[d>>32]].path, int64(d&(1<<32-1))
+		}
+		if len(old) > 0 && (i == len(ln.posDel) || old[0].path < path || old[0].path == path && old[0].pos < pos) {
+			path, pos = old[0].path, old[0].pos
+			old = old[1:]
+		} else {
+			i++
+		}
+		if err := f.appendPositionDelete(path, pos); err != nil {
 			f.abort(w.fs)
 			return fmt.Errorf("deltawriter: %w", err)
 		}
 	}
 	w.posDels -= len(ln.posDel)
 	ln.posDel = ln.posDel[:0]
+	ln.oldDel = nil
 	md, size, err := f.close()
 	if err != nil {
 		return fmt.Errorf("deltawriter: %w", err)
