@@ -9,12 +9,10 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/deltawriter"
-	"github.com/icesink/icesink/warehouse"
 )
 
 // TestKeyIndexManyCommits runs 120 commits of an update-heavy stream,
@@ -57,17 +55,7 @@ func TestKeyIndexManyCommits(t *testing.T) {
 						// stream also writes (ids 0-1999) that are not
 						// live now (an append of a live key would be a
 						// duplicate); the rebuilt index must know them.
-						var rows [][]any
-						for k := int64(c); len(rows) < 5 && k < 2000; k += 7 {
-							kb, _ := m.keys.Append(nil, []any{k, nil, nil})
-							if _, live := m.rows[string(kb)]; !live {
-								rows = append(rows, []any{k, "foreign", int64(-c)})
-							}
-						}
-						appendForeign(t, ctx, e, rows)
-						for _, r := range rows {
-							m.apply(deltawriter.Change{Op: deltawriter.Insert, Row: r})
-						}
+						appendForeignDead(t, ctx, e, m, c, 5, 7, 2000)
 					}
 					// The first 30 commits are written with equality
 					// deletes: the rebuilds must apply them.
@@ -105,6 +93,24 @@ func TestKeyIndexManyCommits(t *testing.T) {
 	}
 }
 
+// appendForeignDead appends, as another application, n rows of keys from
+// first (step apart, under limit) that are not live in the model (an
+// append of a live key would be a duplicate), and applies them to m.
+func appendForeignDead(t *testing.T, ctx context.Context, e *env, m *model, first, n, step, limit int) {
+	t.Helper()
+	var rows [][]any
+	for k := int64(first); len(rows) < n && k < int64(limit); k += int64(step) {
+		kb, _ := m.keys.Append(nil, []any{k, nil, nil})
+		if _, live := m.rows[string(kb)]; !live {
+			rows = append(rows, []any{k, "foreign", int64(-first)})
+		}
+	}
+	appendForeign(t, ctx, e, rows)
+	for _, r := range rows {
+		m.apply(deltawriter.Change{Op: deltawriter.Insert, Row: r})
+	}
+}
+
 // appendForeign appends rows of simpleSchema with iceberg-go's own write
 // path, as another application would, and reloads the env's table.
 func appendForeign(t *testing.T, ctx context.Context, e *env, rows [][]any) {
@@ -134,30 +140,6 @@ func appendForeign(t *testing.T, ctx context.Context, e *env, rows [][]any) {
 	}
 }
 
-// newEnvV3 is newEnv with a format v3 table.
-func newEnvV3(t *testing.T) *env {
-	t.Helper()
-	ctx := context.Background()
-	wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { wh.Close() })
-	ident := table.Identifier{"db", "t"}
-	tbl, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: simpleSchema, Properties: iceberg.Properties{"format-version": "3"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if tbl.Metadata().Version() != 3 {
-		t.Fatalf("created a version %d table", tbl.Metadata().Version())
-	}
-	cm, err := commit.NewCommitter(ctx, wh.Catalog, ident, "test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &env{t: t, wh: wh, tbl: tbl, cm: cm}
-}
-
 // TestDeletionVectorsV3 writes a format v3 table over many commits, with
 // writer restarts (the key index and the live deletion vectors rebuilt
 // from the table) and a foreign append, in both delete modes: every
@@ -170,7 +152,7 @@ func TestDeletionVectorsV3(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			ctx := context.Background()
 			rng := rand.New(rand.NewPCG(11, uint64(mode)))
-			e := newEnvV3(t)
+			e := newEnvVersion(t, simpleSchema, nil, 3)
 			m := newModel(t, simpleSchema)
 			const commits, per = 24, 300
 			stream := randomStream(rng, commits*per, 800)
@@ -182,17 +164,7 @@ func TestDeletionVectorsV3(t *testing.T) {
 						w.Close(ctx)
 					}
 					if c > 0 {
-						var rows [][]any
-						for k := int64(c); len(rows) < 3 && k < 800; k += 5 {
-							kb, _ := m.keys.Append(nil, []any{k, nil, nil})
-							if _, live := m.rows[string(kb)]; !live {
-								rows = append(rows, []any{k, "foreign", int64(-c)})
-							}
-						}
-						appendForeign(t, ctx, e, rows)
-						for _, r := range rows {
-							m.apply(deltawriter.Change{Op: deltawriter.Insert, Row: r})
-						}
+						appendForeignDead(t, ctx, e, m, c, 3, 5, 800)
 					}
 					var err error
 					w, err = deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, DeleteMode: mode, SpillDir: t.TempDir()})

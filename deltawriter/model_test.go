@@ -27,6 +27,12 @@ type env struct {
 
 func newEnv(t *testing.T, schema *iceberg.Schema, spec *iceberg.PartitionSpec) *env {
 	t.Helper()
+	return newEnvVersion(t, schema, spec, 2)
+}
+
+// newEnvVersion is newEnv with a table of format version.
+func newEnvVersion(t *testing.T, schema *iceberg.Schema, spec *iceberg.PartitionSpec, version int) *env {
+	t.Helper()
 	ctx := context.Background()
 	wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
 	if err != nil {
@@ -34,9 +40,13 @@ func newEnv(t *testing.T, schema *iceberg.Schema, spec *iceberg.PartitionSpec) *
 	}
 	t.Cleanup(func() { wh.Close() })
 	ident := table.Identifier{"db", "t"}
-	tbl, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: schema, Partition: spec})
+	tbl, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: schema, Partition: spec,
+		Properties: iceberg.Properties{"format-version": fmt.Sprint(version)}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if tbl.Metadata().Version() != version {
+		t.Fatalf("created a version %d table, want %d", tbl.Metadata().Version(), version)
 	}
 	cm, err := commit.NewCommitter(ctx, wh.Catalog, ident, "test")
 	if err != nil {
