@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -365,5 +366,39 @@ func TestWarnsUncoveredVnodes(t *testing.T) {
 	st, err := c.Status(ctx)
 	if err != nil || st.Missing.String() != roaring.BitmapOf(4, 5, 7).String() {
 		t.Fatalf("Status().Missing = %v, %v", st.Missing, err)
+	}
+}
+
+// A commit error wrapping ErrPermanent fails the epoch at its first
+// attempt instead of after Config.CommitAttempts with backoff.
+func TestPermanentCommitErrorNotRetried(t *testing.T) {
+	ctx := testContext(t)
+	var calls int
+	var mu sync.Mutex
+	failing := coordinator.EpochCommitterFunc(func(ctx context.Context, epoch uint64, payloads [][]byte) error {
+		mu.Lock()
+		calls++
+		mu.Unlock()
+		return fmt.Errorf("%w: the table moved", coordinator.ErrPermanent)
+	})
+	c := startCoordinator(t, ctx, coordinator.Config{Vnodes: 1, CommitAttempts: 5, CommitBackoff: 1}, failing, &coordinator.MemStore{},
+		coordinator.WithTick(time.Millisecond))
+	s, err := c.Connect(ctx, roaring.BitmapOf(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if commit, err := s.Checkpoint(ctx, 1, 0, true); err != nil || !commit {
+		t.Fatalf("checkpoint: %v %v", commit, err)
+	}
+	err = s.Commit(ctx, 1, []byte("p"))
+	var ce *coordinator.CommitError
+	if !errors.As(err, &ce) || ce.Attempts != 1 || !errors.Is(err, coordinator.ErrPermanent) {
+		t.Fatalf("got %v, want a commit error after 1 attempt wrapping ErrPermanent", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != 1 {
+		t.Fatalf("the committer was called %d times, want 1", calls)
 	}
 }

@@ -32,6 +32,10 @@ var (
 	// final report or at a rescale. Nothing is lost; the session takes no
 	// more reports.
 	ErrRetired = errors.New("coordinator: session retired")
+	// ErrPermanent, wrapped by an EpochCommitter's error, says that trying
+	// the epoch again cannot help: it fails at once instead of after
+	// Config.CommitAttempts.
+	ErrPermanent = errors.New("coordinator: permanent commit failure")
 	// ErrCommitFailed means the committer failed an epoch after all
 	// attempts. The epoch stays recorded: a restarted coordinator commits it
 	// during recovery. Writers keep its files.

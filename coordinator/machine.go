@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -455,7 +456,7 @@ func (m *Machine) commitDone(ev CommitDone) {
 	}
 	c.running = false
 	if ev.Err != nil {
-		if c.attempts >= m.cfg.CommitAttempts {
+		if c.attempts >= m.cfg.CommitAttempts || errors.Is(ev.Err, ErrPermanent) {
 			m.fail(c, &CommitError{Epoch: c.epoch, Attempts: c.attempts, Err: ev.Err})
 			return
 		}

@@ -298,6 +298,9 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 		props[commit.PropInputID] = ps[0].InputID
 	}
 	res, err := e.cm.Commit(ctx, epoch, ps, props)
+	if errors.Is(err, commit.ErrForeignChange) || errors.Is(err, commit.ErrForeignPayload) {
+		return fmt.Errorf("%w: %w", coordinator.ErrPermanent, err) // another attempt sees the same table
+	}
 	if err != nil {
 		return err
 	}
