@@ -211,3 +211,48 @@ func TestDeletionVectorsV3(t *testing.T) {
 		})
 	}
 }
+
+// TestKeyIndexDuplicateKeys: another application appends rows of keys
+// that are live already (duplicates, which equality deletes would remove
+// together); the rebuilt index keeps every row of such a key, and a
+// change of the key deletes them all.
+func TestKeyIndexDuplicateKeys(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, simpleSchema, nil)
+	m := newModel(t, simpleSchema)
+	write := func(w *deltawriter.Writer, keys int, v int64) {
+		for k := range keys {
+			ch := deltawriter.Change{Op: deltawriter.Insert, Row: []any{int64(k), "v", v}}
+			if err := w.Write(ctx, ch); err != nil {
+				t.Fatal(err)
+			}
+			m.apply(ch)
+		}
+	}
+	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write(w, 100, 1)
+	e.commitWindow(w, 1)
+	w.Close(ctx)
+	var dups [][]any
+	for k := range 10 {
+		dups = append(dups, []any{int64(k), "dup", int64(-1)})
+	}
+	appendForeign(t, ctx, e, dups)
+	w, err = deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	if n := w.Stats().IndexDuplicateKeys; n != 10 {
+		t.Fatalf("the rebuild found %d duplicated keys, want 10", n)
+	}
+	write(w, 20, 2) // updates keys 0-19: 0-9 have two rows each
+	e.commitWindow(w, 2)
+	m.check(t, e.tbl)
+	if st := w.Stats(); st.OldRowsDeleted != 30 {
+		t.Fatalf("%d old rows deleted, want 30 (two for each duplicated key)", st.OldRowsDeleted)
+	}
+}

@@ -72,6 +72,10 @@ type tableIndex struct {
 	lanes []string          // file id -> lane (partition) key
 	ids   map[string]uint32 // path -> file id
 	base  int64             // the snapshot the index was built from (-1: none)
+	// dups holds every row of the keys the rebuild found live more than
+	// once (another writer appended a live key again): a change of such a
+	// key deletes them all. Rare, so kept in memory.
+	dups map[string][]dedup.Ref
 }
 
 func (t *tableIndex) fileID(path, lane string) (uint32, error) {
@@ -123,6 +127,7 @@ func (w *Writer) buildTableIndex(ctx context.Context, tbl *table.Table) error {
 	}
 	w.stats.IndexRebuildRows += r.rows
 	w.stats.IndexRebuildFiles += len(tasks)
+	w.stats.IndexDuplicateKeys += len(t.dups)
 	return nil
 }
 
@@ -214,7 +219,21 @@ func (r *rebuilder) dataFile(ctx context.Context, task table.FileScanTask) error
 			return fmt.Errorf("row %d: past the positions the key index holds", p)
 		}
 		r.rows++
-		return w.tidx.ix.Put(h, key, dedup.State{Row: dedup.Ref{File: id, Pos: uint32(p)}, HasRow: true})
+		ref := dedup.Ref{File: id, Pos: uint32(p)}
+		if old, ok, err := w.tidx.ix.Get(h, key); err != nil {
+			return err
+		} else if ok && old.HasRow {
+			t := w.tidx
+			if t.dups == nil {
+				t.dups = map[string][]dedup.Ref{}
+			}
+			refs := t.dups[string(key)]
+			if refs == nil {
+				refs = []dedup.Ref{old.Row}
+			}
+			t.dups[string(key)] = append(refs, ref)
+		}
+		return w.tidx.ix.Put(h, key, dedup.State{Row: ref, HasRow: true})
 	})
 }
 
@@ -358,6 +377,12 @@ func (w *Writer) resolveOld() error {
 			return true
 		}
 		w.stats.IndexLookups++
+		if refs, dup := w.tidx.dups[string(key)]; dup {
+			for _, r := range refs {
+				dels = append(dels, oldDel{r.File, r.Pos})
+			}
+			return true
+		}
 		old, ok, err := w.tidx.ix.Get(h, key)
 		if err != nil {
 			lookErr = err
@@ -456,6 +481,9 @@ func (w *Writer) Committed(ctx context.Context) error {
 	var perr error
 	err := t.ix.Ingest(-1, func(put func(uint64, []byte, dedup.State) bool) error {
 		return w.index.Each(func(h uint64, key []byte, s dedup.State) bool {
+			if len(t.dups) > 0 && (s.HasRow || s.EqDeleted) {
+				delete(t.dups, string(key)) // all its rows were deleted
+			}
 			switch {
 			case s.HasRow:
 				ord, pos := s.Row.File, s.Row.Pos

@@ -185,7 +185,10 @@ type Stats struct {
 	OldRowsDeleted    int64
 	IndexRebuildRows  int64
 	IndexRebuildFiles int
-	TableIndex        dedup.Stats
+	// IndexDuplicateKeys counts keys the rebuild found live more than once
+	// (another writer appended them again); a change of one deletes all.
+	IndexDuplicateKeys int
+	TableIndex         dedup.Stats
 }
 
 // Writer is one writer's commit window over a table. It is not safe for
