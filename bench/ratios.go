@@ -81,6 +81,21 @@ func ratios(r *Results) []Ratio {
 					countOf(w, func(x *RunResult) int64 { return x.EqualityDeletes.Rows }),
 					countOf(w, func(x *RunResult) int64 { return x.PositionDeletes.Rows }))))
 		}
+		if !w.Equality {
+			out = append(out, pair(w.Name+" key-index rebuild s ÷ scan s", w, w,
+				func(x *RunResult) float64 {
+					if x.Rebuild == nil {
+						return 0
+					}
+					return x.Rebuild.Seconds
+				},
+				func(x *RunResult) float64 {
+					if x.Scan == nil {
+						return 0
+					}
+					return x.Scan.Seconds
+				}, nil, "a restart rebuilds the writer's key index from the table: key columns of every data file, deletes applied"))
+		}
 		if bounded && unb != nil {
 			out = append(out, pair(w.Name+" peak RSS ÷ unbounded peak RSS", w, unb, rss, rss, targetRSS,
 				"the target is set for a 10M-row window over 5M keys"))

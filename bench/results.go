@@ -45,6 +45,14 @@ type ScanResult struct {
 	RowsPerSec float64 `json:"rows_per_sec"` // Rows / Seconds
 }
 
+// RebuildResult is the cost of building a new writer's key index from the
+// run's committed table (what a restart pays in DeleteByPosition mode).
+type RebuildResult struct {
+	Seconds float64 `json:"seconds"` // wall time of deltawriter.New
+	Rows    int64   `json:"rows"`    // live rows read into the index
+	Files   int     `json:"files"`   // data files read
+}
+
 // RunResult is one repeat of one scenario.
 type RunResult struct {
 	// Repeat is the repeat's index, from 0.
@@ -105,6 +113,9 @@ type RunResult struct {
 	Commits int `json:"commits"`
 	// Scan is the cost of reading the table back (not for the floor).
 	Scan *ScanResult `json:"scan,omitempty"`
+	// Rebuild is the cost of rebuilding the key index from the committed
+	// table (writer scenarios in position mode).
+	Rebuild *RebuildResult `json:"rebuild,omitempty"`
 	// LiveRows is the number of live keys the stream left; a scan that
 	// returns another count is reported in Results.Warnings.
 	LiveRows int64 `json:"live_rows"`

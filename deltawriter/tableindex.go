@@ -94,7 +94,7 @@ func (t *tableIndex) fileID(path, lane string) (uint32, error) {
 
 // buildTableIndex reads the live rows of tbl's current snapshot whose keys
 // the writer owns: for each data file the key columns, minus the rows its
-// position and equality deletes remove.
+// position deletes, deletion vector and equality deletes remove.
 func (w *Writer) buildTableIndex(ctx context.Context, tbl *table.Table) error {
 	t := &tableIndex{ids: map[string]uint32{}, base: -1}
 	ix, err := dedup.New(w.opts.tableIndex)
