@@ -377,6 +377,9 @@ func (c *Committer) commitOnce(ctx context.Context, epoch uint64, payloads []Pay
 		}
 	}
 
+	if err := oneVectorPerFile(payloads); err != nil {
+		return nil, err
+	}
 	tx := c.tbl.NewTransaction()
 	rd := tx.NewRowDelta(summary)
 	for i := range payloads {
@@ -410,6 +413,33 @@ func (c *Committer) commitOnce(ctx context.Context, epoch uint64, payloads []Pay
 		return nil, fmt.Errorf("recording the sink's epoch in the table properties: %w", err)
 	}
 	return tx.Commit(ctx)
+}
+
+// ErrVectorsOfOneFile is returned for an epoch in which several writers
+// wrote a deletion vector for one data file: a format v3 table written by
+// writers grouped otherwise (another --writers or --vnodes layout), whose
+// older data files hold keys of several of today's writers. Each writer
+// merges only the vector it knows, so the epoch cannot keep the v3 rule
+// of one vector per data file.
+var ErrVectorsOfOneFile = errors.New("several writers wrote deletion vectors for one data file")
+
+// oneVectorPerFile refuses payloads that hold two deletion vectors (or two
+// replacements) for one data file.
+func oneVectorPerFile(payloads []Payload) error {
+	seen := map[string]int{}
+	for i := range payloads {
+		for _, f := range payloads[i].Files {
+			if f.Kind != DeletionVector {
+				continue
+			}
+			ref := f.Ref
+			if w, dup := seen[ref]; dup && w != payloads[i].Writer {
+				return fmt.Errorf("%w (%s, writers %d and %d): the table was written with another writer layout; write a format v3 table with the same --writers/--vnodes as before, or use --delete-mode equality", ErrVectorsOfOneFile, ref, w, payloads[i].Writer)
+			}
+			seen[ref] = payloads[i].Writer
+		}
+	}
+	return nil
 }
 
 func payloadSchema(meta table.Metadata, p *Payload) (*iceberg.Schema, *iceberg.PartitionSpec, error) {

@@ -56,6 +56,9 @@ type File struct {
 	// encoding of the DataFile, at the payload's format version and against
 	// its schema and partition spec): statistics, partition and all.
 	Entry []byte `json:"entry"`
+	// Ref is the data file a deletion vector applies to (DeletionVector
+	// and ReplacedDeletionVector files).
+	Ref string `json:"referenced_data_file,omitempty"`
 }
 
 // Payload is everything one writer's window wrote: the files that must be

@@ -70,7 +70,7 @@ func (w *Writer) flushDVs(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		w.done = append(w.done, commit.File{Kind: commit.ReplacedDeletionVector, Path: prev.FilePath(), Rows: prev.Count(), Entry: entry})
+		w.done = append(w.done, commit.File{Kind: commit.ReplacedDeletionVector, Path: prev.FilePath(), Rows: prev.Count(), Entry: entry, Ref: p})
 	}
 	// Any lane names the file: vectors are written with the table's data.
 	path := w.newPath(d.lanes[paths[0]], "dv")
@@ -85,7 +85,7 @@ func (w *Writer) flushDVs(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		w.done = append(w.done, commit.File{Kind: commit.DeletionVector, Path: df.FilePath(), Rows: df.Count(), Bytes: df.FileSizeBytes(), Entry: entry})
+		w.done = append(w.done, commit.File{Kind: commit.DeletionVector, Path: df.FilePath(), Rows: df.Count(), Bytes: df.FileSizeBytes(), Entry: entry, Ref: referencedDataFile(df)})
 		w.doneBytes += doneFileBytes(&w.done[len(w.done)-1])
 		w.stats.PositionDeletes += df.Count()
 		if ref := referencedDataFile(df); ref != "" {

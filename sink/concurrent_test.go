@@ -17,6 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/icesink/icesink/changelog"
@@ -432,5 +433,50 @@ func TestForeignChangeStopsKeyIndexedRun(t *testing.T) {
 	}
 	if res.Stats.EqualityDeletes != 0 || res.Stats.IndexRebuildRows == 0 {
 		t.Fatalf("rerun: %d equality-delete rows, %d rows read to rebuild the key index; want 0 and some", res.Stats.EqualityDeletes, res.Stats.IndexRebuildRows)
+	}
+}
+
+// A format v3 table written by two writers, then continued by three (the
+// vnodes regrouped, so an older data file holds keys of several new
+// writers): an epoch in which two writers write a deletion vector for one
+// data file is refused at once with the reason (each writer merges only the
+// vector it knows; before, iceberg-go failed four attempts with "removed
+// delete files must be unique"), and nothing of it is committed: the
+// table holds the first run's state.
+func TestDeletionVectorsRescaleRefused(t *testing.T) {
+	ctx := context.Background()
+	wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { wh.Close() })
+	ident := table.Identifier{"db", "t"}
+	if _, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: fuzzSchema, Properties: iceberg.Properties{"format-version": "3"}}); err != nil {
+		t.Fatal(err)
+	}
+	input := genInput(t, 5, 3000, 400)
+	half := bytes.Count(input, []byte("\n")) / 2
+	cut := 0
+	for range half {
+		cut += bytes.IndexByte(input[cut:], '\n') + 1
+	}
+	first := input[:cut]
+	cfg := sink.Config{SinkID: "dv", Writers: 2, CheckpointRows: 250, StateDir: t.TempDir(), Writer: deltawriter.Options{SpillDir: t.TempDir()}}
+	if res := runAndCheck(t, wh, cfg, first); res.Stats.EqualityDeletes != 0 {
+		t.Fatalf("%d equality-delete rows", res.Stats.EqualityDeletes)
+	}
+	cfg = sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "dv", Writers: 3, CheckpointRows: 250, StateDir: t.TempDir(), Writer: deltawriter.Options{SpillDir: t.TempDir()}}
+	dec, err := changelog.NewDecoder(bytes.NewReader(input), changelog.ChangelogJSON, fuzzSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := sink.Run(ctx, cfg, dec)
+	if !errors.Is(err, commit.ErrVectorsOfOneFile) {
+		t.Fatalf("got %v, want ErrVectorsOfOneFile", err)
+	}
+	// Epochs before the refused one may have committed; the table holds
+	// exactly the input up to the last committed line.
+	if got, want := liveRowsOf(t, ctx, wh, ident), modelUpTo(t, input, changelog.ChangelogJSON, res.Committed.Line); !reflect.DeepEqual(got, want) {
+		t.Fatalf("after the refusal the table has %d live rows, the model up to line %d %d", len(got), res.Committed.Line, len(want))
 	}
 }

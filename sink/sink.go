@@ -298,7 +298,7 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 		props[commit.PropInputID] = ps[0].InputID
 	}
 	res, err := e.cm.Commit(ctx, epoch, ps, props)
-	if errors.Is(err, commit.ErrForeignChange) || errors.Is(err, commit.ErrForeignPayload) {
+	if errors.Is(err, commit.ErrForeignChange) || errors.Is(err, commit.ErrForeignPayload) || errors.Is(err, commit.ErrVectorsOfOneFile) {
 		return fmt.Errorf("%w: %w", coordinator.ErrPermanent, err) // another attempt sees the same table
 	}
 	if err != nil {
