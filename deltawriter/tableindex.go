@@ -325,7 +325,7 @@ func readParquet(ctx context.Context, fs iceio.IO, path string, schema *iceberg.
 		}
 		for c := 0; c < psc.NumColumns(); c++ {
 			col := psc.Column(c)
-			if (id >= 0 && int(col.SchemaNode().FieldID()) == id) || (id < 0 && strings.EqualFold(col.Name(), name) && col.Path() == name) {
+			if (id >= 0 && int(col.SchemaNode().FieldID()) == id) || (id < 0 && col.Path() == name) {
 				idx[i] = c
 				break
 			}
