@@ -218,10 +218,10 @@ func (c *Committer) CheckPayload(p *Payload) error {
 // the window's position deletes could not have seen those rows.
 var ErrForeignChange = errors.New("the table's rows were changed by another writer after the sink's key index was built")
 
-// CheckKeyIndexed refuses key-indexed payloads (ErrForeignChange) when a snapshot that is
-// not this sink's and not a rewrite of manifests (operation replace) came
-// after the newest of the writers' index base and this committer's last
-// commit.
+// CheckKeyIndexed refuses key-indexed payloads (ErrForeignChange) when a
+// snapshot that is not this sink's and changed rows (ChangesRows: anything
+// but a rewrite of manifests; a foreign compaction moves rows) came after
+// the newest of the writers' index base and this committer's last commit.
 func (c *Committer) CheckKeyIndexed(payloads []Payload) error {
 	var bases []int64
 	for i := range payloads {
@@ -241,7 +241,7 @@ func (c *Committer) CheckKeyIndexed(payloads []Payload) error {
 			if s.SnapshotID == base || s.SnapshotID == c.lastOwn {
 				break
 			}
-			if s.Summary == nil || (s.Summary.Operation != table.OpReplace && s.Summary.Properties[PropSinkID] != c.sinkID) {
+			if s.Summary == nil || (ChangesRows(s) && s.Summary.Properties[PropSinkID] != c.sinkID) {
 				op := "unknown"
 				if s.Summary != nil {
 					op = string(s.Summary.Operation)
@@ -469,4 +469,20 @@ func EncodeEntry(df iceberg.DataFile, spec iceberg.PartitionSpec, schema *iceber
 		return nil, fmt.Errorf("commit: encoding manifest entry of %s: %w", df.FilePath(), err)
 	}
 	return b, nil
+}
+
+// ChangesRows reports whether snapshot s may have changed the table's live
+// rows or where they sit: every snapshot but a replace that added and
+// removed no data file and no delete file (a rewrite or merge of
+// manifests). A compaction is a replace that does.
+func ChangesRows(s *table.Snapshot) bool {
+	if s.Summary == nil || s.Summary.Operation != table.OpReplace {
+		return true
+	}
+	for _, k := range []string{"added-data-files", "deleted-data-files", "added-delete-files", "removed-delete-files", "added-records", "deleted-records"} {
+		if v, ok := s.Summary.Properties[k]; ok && v != "0" {
+			return true
+		}
+	}
+	return false
 }

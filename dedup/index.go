@@ -28,6 +28,11 @@ type Options struct {
 	FS spill.FS
 	// FanIn is the number of runs that triggers a compaction. Default 8.
 	FanIn int
+	// Dir, if set, is the folder of the index's runs instead of a private
+	// subfolder of SpillDir: runs there outlive the index when it is
+	// Released, and Open reads them again (a key index kept between runs
+	// of the sink).
+	Dir string
 }
 
 // Stats are counters of an Index over its lifetime.
@@ -98,6 +103,85 @@ func New(opts Options) (*Index, error) {
 		}
 	}
 	return ix, nil
+}
+
+// Open returns an index in opts.Dir holding the runs (base names, oldest
+// first) that Save returned before a Release. Any run missing or damaged
+// is an error, and the index is then not open.
+func Open(opts Options, runs []string) (*Index, error) {
+	if opts.Dir == "" {
+		return nil, fmt.Errorf("dedup: Open needs Options.Dir")
+	}
+	ix, err := New(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := ix.openSet(runs); err != nil {
+		return nil, err
+	}
+	return ix, nil
+}
+
+// openSet opens the index's spill set: in Options.Dir (with runs) or in a
+// private subfolder of SpillDir.
+func (ix *Index) openSet(runs []string) error {
+	so := spill.SetOptions{
+		FS:        ix.opts.FS,
+		CacheSize: cacheSize(ix.cacheCap),
+		FanIn:     ix.opts.FanIn,
+		Drop:      droppable,
+	}
+	if ix.opts.Dir != "" {
+		set, err := spill.OpenSetIn(ix.opts.Dir, runs, so)
+		if err != nil {
+			return fmt.Errorf("dedup: opening the runs in %s: %w", ix.opts.Dir, err)
+		}
+		ix.set = set
+		return nil
+	}
+	dir := ix.opts.SpillDir
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	set, err := spill.OpenSet(dir, so)
+	if err != nil {
+		return fmt.Errorf("dedup: opening the spill folder under %s: %w", dir, err)
+	}
+	ix.set = set
+	return nil
+}
+
+// Save writes the memory tier as the newest run, makes the runs durable,
+// and returns their base names, oldest first, for Open. The index stays
+// usable. It needs Options.Dir.
+func (ix *Index) Save() ([]string, error) {
+	if ix.opts.Dir == "" {
+		return nil, fmt.Errorf("dedup: Save needs Options.Dir")
+	}
+	if ix.mem.len() > 0 || ix.set == nil {
+		if err := ix.spill(); err != nil {
+			return nil, err
+		}
+	}
+	if err := ix.set.Sync(); err != nil {
+		return nil, fmt.Errorf("dedup: %w", err)
+	}
+	return ix.set.Runs(), nil
+}
+
+// Release closes the index like Close but keeps its runs in Options.Dir.
+func (ix *Index) Release() error {
+	ix.mem.reset()
+	ix.last.valid = false
+	if ix.set == nil {
+		return nil
+	}
+	set := ix.set
+	ix.set = nil
+	if err := set.Release(); err != nil {
+		return fmt.Errorf("dedup: releasing the runs in %s: %w", ix.opts.Dir, err)
+	}
+	return nil
 }
 
 // Get returns the state of key in the window; ok is false when the key was
@@ -237,20 +321,9 @@ func (ix *Index) Ingest(n int, each func(fn func(hash uint64, key []byte, s Stat
 // spill writes the memory tier as the newest run and empties it.
 func (ix *Index) spill() error {
 	if ix.set == nil {
-		dir := ix.opts.SpillDir
-		if dir == "" {
-			dir = os.TempDir()
+		if err := ix.openSet(nil); err != nil {
+			return err
 		}
-		set, err := spill.OpenSet(dir, spill.SetOptions{
-			FS:        ix.opts.FS,
-			CacheSize: cacheSize(ix.cacheCap),
-			FanIn:     ix.opts.FanIn,
-			Drop:      droppable,
-		})
-		if err != nil {
-			return fmt.Errorf("dedup: opening the spill folder under %s: %w", dir, err)
-		}
-		ix.set = set
 	}
 	entries := func(yield func(spill.Entry) bool) {
 		ix.mem.eachSorted(func(hash uint64, key []byte, s State) bool {

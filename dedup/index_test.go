@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -178,5 +179,58 @@ func TestIndexSpillDiskFull(t *testing.T) {
 	s, ok, err := ix.Get(xxhash.Sum64(keyOf(0)), keyOf(0))
 	if err != nil || !ok || s.Row.Pos != 0 {
 		t.Fatalf("a key spilled before the disk filled: %v %v %v", s, ok, err)
+	}
+}
+
+// TestIndexSaveOpen: an index saved in its folder and released is read
+// again by Open with the same states, the memory tier included, and
+// keeps working; an unlisted run is not read.
+func TestIndexSaveOpen(t *testing.T) {
+	for _, limit := range []int64{0, 256 << 10} {
+		t.Run(fmt.Sprint(limit), func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "ix")
+			opts := Options{MemoryLimit: limit, Dir: dir}
+			ix, err := New(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			model := map[string]State{}
+			put := func(i int, s State) {
+				k := keyOf(i)
+				if err := ix.Put(xxhash.Sum64(k), k, s); err != nil {
+					t.Fatal(err)
+				}
+				model[string(k)] = s
+			}
+			for i := 0; i < 20000; i++ {
+				put(i, State{Row: Ref{File: uint32(i % 7), Pos: uint32(i)}, HasRow: true})
+			}
+			for i := 0; i < 20000; i += 3 {
+				put(i, State{}) // deleted
+			}
+			runs, err := ix.Save()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := ix.Release(); err != nil {
+				t.Fatal(err)
+			}
+			if ix, err = Open(opts, runs); err != nil {
+				t.Fatal(err)
+			}
+			defer ix.Close()
+			for i := 0; i < 20100; i++ {
+				k := keyOf(i)
+				got, ok, err := ix.Get(xxhash.Sum64(k), k)
+				want, wok := model[string(k)]
+				if err != nil || ok != wok || got != want {
+					t.Fatalf("key %d: %+v %v %v, want %+v %v", i, got, ok, err, want, wok)
+				}
+			}
+			put(5, State{Row: Ref{File: 9, Pos: 9}, HasRow: true})
+			if got, _, _ := ix.Get(xxhash.Sum64(keyOf(5)), keyOf(5)); !got.HasRow || got.Row.File != 9 {
+				t.Errorf("a put after Open reads back %+v", got)
+			}
+		})
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -255,4 +257,131 @@ func TestKeyIndexDuplicateKeys(t *testing.T) {
 	if st := w.Stats(); st.OldRowsDeleted != 30 {
 		t.Fatalf("%d old rows deleted, want 30 (two for each duplicated key)", st.OldRowsDeleted)
 	}
+}
+
+// TestKeyIndexSavedAndReused: a key index saved at the end of a run is
+// taken by the next run's New without reading the table, and the changes
+// after it delete the right rows; a saved index is not taken after a
+// foreign append, after a run that changed the table without saving (a
+// crash), when its folder is gone, or while another writer holds it.
+func TestKeyIndexSavedAndReused(t *testing.T) {
+	for _, version := range []int{2, 3} {
+		for _, limit := range []int64{0, 256 << 10} {
+			t.Run(fmt.Sprint("v", version, "/limit", limit), func(t *testing.T) {
+				testKeyIndexSaved(t, version, limit)
+			})
+		}
+	}
+}
+
+func testKeyIndexSaved(t *testing.T, version int, limit int64) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(11, uint64(limit)+uint64(version)))
+	e := newEnvVersion(t, simpleSchema, nil, version)
+	m := newModel(t, simpleSchema)
+	dir := t.TempDir() + "/keyindex"
+	stream := randomStream(rng, 40*200, 1500)
+	epoch := uint64(0)
+	open := func() *deltawriter.Writer {
+		t.Helper()
+		w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, MemoryLimit: limit, SpillDir: t.TempDir(), KeyIndexDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	write := func(w *deltawriter.Writer, windows int) {
+		t.Helper()
+		for i := 0; i < windows; i++ {
+			for _, ch := range stream[:200] {
+				if err := w.Write(ctx, ch); err != nil {
+					t.Fatal(err)
+				}
+				m.apply(ch)
+			}
+			stream = stream[200:]
+			epoch++
+			e.commitWindow(w, epoch)
+		}
+	}
+	save := func(w *deltawriter.Writer) {
+		t.Helper()
+		if why, err := w.SaveKeyIndex(ctx); err != nil || why != "" {
+			t.Fatalf("SaveKeyIndex: %q %v", why, err)
+		}
+		checkNoEqualityDeletes(t, w)
+		if err := w.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect := func(w *deltawriter.Writer, reused bool, reason string) {
+		t.Helper()
+		st := w.Stats()
+		if (st.IndexesReused == 1) != reused || !strings.Contains(st.IndexRebuildReason, reason) {
+			t.Fatalf("reused %v (%q), want %v (%q)", st.IndexesReused, st.IndexRebuildReason, reused, reason)
+		}
+		if reused && st.IndexRebuildRows != 0 {
+			t.Fatalf("a reused index read %d rows of the table", st.IndexRebuildRows)
+		}
+	}
+
+	w := open()
+	expect(w, false, "no saved key index")
+	write(w, 8)
+	save(w)
+
+	// Reused: the next windows update and delete keys of the saved runs.
+	w = open()
+	expect(w, true, "")
+	write(w, 8)
+	if w.Stats().OldRowsDeleted == 0 {
+		t.Fatal("no old row was deleted through the reused index")
+	}
+	m.check(t, e.tbl)
+	save(w)
+
+	// A foreign append after the save: rebuilt.
+	appendForeignDead(t, ctx, e, m, 3, 5, 11, 1500)
+	w = open()
+	expect(w, false, "the table changed after the key index was saved")
+	write(w, 4)
+	m.check(t, e.tbl)
+	save(w)
+
+	// Reused, then a run that commits and stops without saving (a crash):
+	// the manifest is gone, the next run rebuilds.
+	w = open()
+	expect(w, true, "")
+	write(w, 4)
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w = open()
+	expect(w, false, "no saved key index")
+	write(w, 4)
+	m.check(t, e.tbl)
+	save(w)
+
+	// While a writer holds the folder, another builds a private index.
+	w = open()
+	expect(w, true, "")
+	w2 := open()
+	expect(w2, false, "in use by another process")
+	if why, err := w2.SaveKeyIndex(ctx); err != nil || why == "" {
+		t.Fatalf("a private index saved: %q %v", why, err)
+	}
+	w2.Close(ctx)
+	write(w, 4)
+	save(w)
+
+	// The folder deleted (a new machine): rebuilt.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	w = open()
+	expect(w, false, "no saved key index")
+	write(w, 4)
+	checkNoEqualityDeletes(t, w)
+	w.Close(ctx)
+	m.check(t, e.tbl)
 }

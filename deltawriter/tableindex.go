@@ -95,11 +95,15 @@ func (t *tableIndex) fileID(path, lane string) (uint32, error) {
 // buildTableIndex reads the live rows of tbl's current snapshot whose keys
 // the writer owns: for each data file the key columns, minus the rows its
 // position deletes, deletion vector and equality deletes remove.
-func (w *Writer) buildTableIndex(ctx context.Context, tbl *table.Table) error {
+func (w *Writer) buildTableIndex(ctx context.Context, tbl *table.Table, ix *dedup.Index) error {
 	t := &tableIndex{ids: map[string]uint32{}, base: -1}
-	ix, err := dedup.New(w.opts.tableIndex)
-	if err != nil {
-		return err
+	if ix == nil {
+		var err error
+		opts := w.opts.tableIndex
+		opts.Dir = ""
+		if ix, err = dedup.New(opts); err != nil {
+			return err
+		}
 	}
 	t.ix = ix
 	w.tidx = t
@@ -462,6 +466,9 @@ func (w *Writer) resolveOld() error {
 func (w *Writer) Committed(ctx context.Context) error {
 	if w.pending == nil {
 		return nil
+	}
+	if err := w.unsave(); err != nil {
+		return w.fail(err)
 	}
 	p := w.pending
 	t := w.tidx

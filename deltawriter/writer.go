@@ -91,6 +91,13 @@ type Options struct {
 	// Owns, when set, reports the keys (by Hash) this writer is given: the
 	// key index holds only those. Default: every key.
 	Owns func(hash uint64) bool
+	// KeyIndexDir, if set, is the folder where a DeleteByPosition writer
+	// keeps its key index (runs and a manifest) between runs: New reuses
+	// what SaveKeyIndex left there when the table has not changed since,
+	// and otherwise rebuilds into it. One folder per table and key set
+	// (Owns); a folder another process holds is left alone (the writer
+	// then builds a private index). Default: none, New always rebuilds.
+	KeyIndexDir string
 
 	parquetBytes int64         // the open Parquet writers' share of MemoryLimit
 	tableIndex   dedup.Options // the key index's (DeleteByPosition)
@@ -135,6 +142,7 @@ func (o Options) withDefaults(props iceberg.Properties) Options {
 		o.DeleteBufferRows = 4 << 20
 	}
 	o.tableIndex.SpillDir, o.tableIndex.FS = o.SpillDir, o.Index.FS
+	o.tableIndex.Dir = o.KeyIndexDir
 	return o
 }
 
@@ -188,7 +196,16 @@ type Stats struct {
 	// IndexDuplicateKeys counts keys the rebuild found live more than once
 	// (another writer appended them again); a change of one deletes all.
 	IndexDuplicateKeys int
-	TableIndex         dedup.Stats
+	// IndexesReused counts the key indexes New took from
+	// Options.KeyIndexDir without a rebuild (0 or 1 for one writer);
+	// otherwise IndexRebuildReason says why it rebuilt ("" without a
+	// folder).
+	IndexesReused      int
+	IndexRebuildReason string
+	// IndexNotSaved is why SaveKeyIndex did not save the key index ("" if
+	// it did, or was not called).
+	IndexNotSaved string
+	TableIndex    dedup.Stats
 }
 
 // Writer is one writer's commit window over a table. It is not safe for
@@ -214,6 +231,8 @@ type Writer struct {
 	posProps  *parquet.WriterProperties
 	index     *dedup.Index
 	tidx      *tableIndex    // DeleteByPosition: the table-wide key index
+	tbl       *table.Table   // as New got it (SaveKeyIndex loads it again)
+	saved     bool           // SaveKeyIndex wrote the manifest of tidx as it is
 	pending   *pendingWindow // DeleteByPosition: prepared, not yet confirmed
 	dvs       dvState        // format v3: deletion vectors
 	enc       *encoder       // encodes the open files' batches; stopped by Close
@@ -364,7 +383,9 @@ func New(ctx context.Context, tbl *table.Table, opts Options) (*Writer, error) {
 	}
 	w.resetWindow()
 	if opts.DeleteMode == DeleteByPosition {
-		if err := w.buildTableIndex(ctx, tbl); err != nil {
+		t := *tbl
+		w.tbl = &t
+		if err := w.openTableIndex(ctx, tbl); err != nil {
 			w.Close(ctx)
 			return nil, err
 		}
@@ -995,7 +1016,11 @@ func (w *Writer) Close(ctx context.Context) error {
 		w.enc = nil
 	}
 	if w.tidx != nil {
-		err = errors.Join(err, w.tidx.ix.Close())
+		if w.saved {
+			err = errors.Join(err, w.tidx.ix.Release())
+		} else {
+			err = errors.Join(err, w.tidx.ix.Close())
+		}
 	}
 	return errors.Join(err, w.index.Close())
 }

@@ -480,3 +480,61 @@ func TestDeletionVectorsRescaleRefused(t *testing.T) {
 		t.Fatalf("after the refusal the table has %d live rows, the model up to line %d %d", len(got), res.Committed.Line, len(want))
 	}
 }
+
+// TestKeyIndexesKeptBetweenRuns: a run's writers save their key indexes
+// at the end; the next run on the grown input takes them without reading
+// the table, and a run with another writer layout rebuilds. The table
+// equals the model after each run and holds no equality delete.
+func TestKeyIndexesKeptBetweenRuns(t *testing.T) {
+	ctx := context.Background()
+	wh, ident := newWarehouse(t)
+	full := genInput(t, 5, 12000, 3000)
+	cut := func(frac int) []byte {
+		n := len(full) * frac / 3
+		return full[:bytes.Index(full[n:], []byte("\n"))+n+1]
+	}
+	spillDir := t.TempDir()
+	run := func(input []byte, writers int) sink.Result {
+		t.Helper()
+		dec, err := changelog.NewDecoder(bytes.NewReader(input), changelog.ChangelogJSON, fuzzSchema)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := sink.Run(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "keep", CheckpointRows: 500, Writers: writers,
+			Writer: deltawriter.Options{SpillDir: spillDir, MemoryLimit: 1 << 20}}, dec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tbl, err := wh.Catalog.LoadTable(ctx, ident)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := liveRows(t, ctx, tbl), modelUpTo(t, input, changelog.ChangelogJSON, 1<<62); !reflect.DeepEqual(got, want) {
+			t.Fatalf("table has %d rows, the model %d (or they differ)", len(got), len(want))
+		}
+		if res.Stats.EqualityDeletes != 0 {
+			t.Fatalf("%d equality deletes", res.Stats.EqualityDeletes)
+		}
+		if res.Stats.IndexNotSaved != "" {
+			t.Fatalf("a key index was not saved: %s", res.Stats.IndexNotSaved)
+		}
+		return res
+	}
+	res := run(cut(1), 3)
+	if res.Stats.IndexesReused != 0 {
+		t.Fatalf("the first run reused %d key indexes", res.Stats.IndexesReused)
+	}
+	res = run(cut(2), 3)
+	if res.Stats.IndexesReused != 3 || res.Stats.IndexRebuildRows != 0 || res.Stats.OldRowsDeleted == 0 {
+		t.Fatalf("second run: %d indexes reused, %d rows rebuilt, %d old rows deleted; want 3, 0, some",
+			res.Stats.IndexesReused, res.Stats.IndexRebuildRows, res.Stats.OldRowsDeleted)
+	}
+	res = run(full, 2)
+	if res.Stats.IndexesReused != 0 || res.Stats.IndexRebuildRows == 0 {
+		t.Fatalf("another layout: %d indexes reused, %d rows rebuilt", res.Stats.IndexesReused, res.Stats.IndexRebuildRows)
+	}
+	// The three-writer layout's folders were stale and removed.
+	if ents, err := os.ReadDir(filepath.Join(spillDir, "icesink-keyindex")); err != nil || len(ents) != 2 {
+		t.Fatalf("key index folders after the rescale: %d (%v), want 2", len(ents), err)
+	}
+}

@@ -12,11 +12,14 @@ package sink
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
 	iofs "io/fs"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,6 +73,12 @@ type Config struct {
 	// between recording and committing an epoch then redoes the epoch
 	// from the input instead of committing the recorded files.
 	StateDir string
+	// KeyIndexDir is where the writers keep their key indexes between runs
+	// (DeleteByPosition): one subfolder per sink, table and vnode set, so
+	// that a restart on an unchanged table skips the rebuild. Default:
+	// icesink-keyindex in Writer.SpillDir (or the OS temp dir); "-" keeps
+	// none.
+	KeyIndexDir string
 	// Connect, when set, joins an external coordinator (over gRPC) instead
 	// of starting one in process: this process runs one writer owning
 	// OwnVnodes and writes only the rows routed to them.
@@ -546,6 +555,19 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 				res.Stats = addStats(res.Stats, w.stats)
 			}
 		}
+		if base := keyIndexBase(cfg); base != "" && cfg.Writer.DeleteMode == deltawriter.DeleteByPosition && err == nil {
+			// The writers saved theirs: what else this sink left there
+			// (an older writer layout, a crashed run) cannot be reused.
+			if err := cm.Refresh(context.WithoutCancel(ctx)); err == nil {
+				if _, err := deltawriter.RemoveStaleKeyIndexes(base, cm.Table(), cfg.SinkID); err != nil {
+					log := cfg.Logger
+					if log == nil {
+						log = slog.Default()
+					}
+					log.Warn("removing stale key indexes", "err", err)
+				}
+			}
+		}
 	}()
 	route := make([]int, cfg.Vnodes)
 	job := jobOf(cm.Table(), cfg.SinkID)
@@ -568,6 +590,7 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 			}
 			owned, vnodes := b.Clone(), uint64(cfg.Vnodes)
 			wopts.Owns = func(h uint64) bool { return owned.Contains(uint32(h % vnodes)) }
+			wopts.KeyIndexDir = keyIndexDir(cfg, cm.Table(), b)
 		}
 		dw, err := deltawriter.New(ctx, cm.Table(), wopts)
 		if err != nil {
@@ -814,12 +837,31 @@ func (w *writer) run(ctx context.Context) error {
 // close records the writer's counters, ends its session and drops its
 // uncommitted window.
 func (w *writer) close(ctx context.Context, failed bool) error {
+	// The key index is saved while the session still holds the writer's
+	// vnodes: no commit can have touched them since its last Committed.
+	// A stop by signal saves it too (a quick restart is what it is for).
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	_, kerr := w.dw.SaveKeyIndex(sctx)
+	cancel()
 	w.stats = w.dw.Stats()
 	serr := w.sess.Close()
 	if w.done && !failed {
 		serr = nil
 	}
-	return errors.Join(serr, w.dw.Close(ctx))
+	return errors.Join(serr, kerr, w.dw.Close(ctx))
+}
+
+// keyIndexDir returns the folder of the key index of the writer of
+// vnodes: a digest of the sink, the table and the vnode set names it.
+func keyIndexDir(cfg Config, tbl *table.Table, vnodes *roaring.Bitmap) string {
+	base := keyIndexBase(cfg)
+	if base == "" {
+		return ""
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00", cfg.SinkID, tbl.Metadata().TableUUID(), cfg.Vnodes)
+	vnodes.WriteTo(h)
+	return filepath.Join(base, fmt.Sprintf("w-%x", h.Sum(nil)[:12]))
 }
 
 func addStats(a, b deltawriter.Stats) deltawriter.Stats {
@@ -850,10 +892,34 @@ func addStats(a, b deltawriter.Stats) deltawriter.Stats {
 	a.OldRowsDeleted += b.OldRowsDeleted
 	a.IndexRebuildRows += b.IndexRebuildRows
 	a.IndexRebuildFiles += b.IndexRebuildFiles
+	a.IndexesReused += b.IndexesReused
+	if b.IndexNotSaved != "" {
+		a.IndexNotSaved = b.IndexNotSaved
+	}
+	if b.IndexRebuildReason != "" {
+		a.IndexRebuildReason = b.IndexRebuildReason
+	}
 	a.TableIndex.Keys += b.TableIndex.Keys
 	a.TableIndex.MemoryBytes += b.TableIndex.MemoryBytes
 	a.TableIndex.Spills += b.TableIndex.Spills
 	a.TableIndex.SpilledBytes += b.TableIndex.SpilledBytes
 	a.TableIndex.LookupsDisk += b.TableIndex.LookupsDisk
 	return a
+}
+
+// keyIndexBase returns the folder of the writers' key index folders ("":
+// none).
+func keyIndexBase(cfg Config) string {
+	switch base := cfg.KeyIndexDir; base {
+	case "-":
+		return ""
+	case "":
+		base = cfg.Writer.SpillDir
+		if base == "" {
+			base = os.TempDir()
+		}
+		return filepath.Join(base, "icesink-keyindex")
+	default:
+		return base
+	}
 }

@@ -122,16 +122,25 @@ func OpenSet(dir string, opts SetOptions) (*Set, error) {
 		fs.RemoveAll(s.dir)
 		return nil, fmt.Errorf("spill: lock spill folder %s: %w", s.dir, err)
 	}
-	if opts.Cache != nil {
-		s.cache = opts.Cache
-	} else if opts.CacheSize > 0 {
-		if s.cache, err = NewCache(opts.CacheSize); err != nil {
-			s.Close()
-			return nil, err
-		}
-		s.ownCache = true
+	if err := s.openCache(); err != nil {
+		s.Close()
+		return nil, err
 	}
 	return s, nil
+}
+
+// openCache takes SetOptions.Cache or makes the set's own.
+func (s *Set) openCache() error {
+	if s.opts.Cache != nil {
+		s.cache = s.opts.Cache
+	} else if s.opts.CacheSize > 0 {
+		c, err := NewCache(s.opts.CacheSize)
+		if err != nil {
+			return err
+		}
+		s.cache, s.ownCache = c, true
+	}
+	return nil
 }
 
 // sweep removes the unlocked set folders in dir and returns how many.
@@ -206,10 +215,6 @@ func (s *Set) writeRun(expected int, fill func(*Writer) error) (*run, error) {
 	seq := s.nextID
 	s.nextID++
 	path := filepath.Join(s.dir, fmt.Sprintf("run-%06d.spill", seq))
-	var id uint64 // cache ID: unique among the cache's users
-	if s.cache != nil {
-		id = s.cache.NewRunID()
-	}
 	f, err := s.fs.Create(path)
 	if err != nil {
 		return nil, fmt.Errorf("spill: create run %s: %w", path, err)
@@ -235,15 +240,29 @@ func (s *Set) writeRun(expected int, fill func(*Writer) error) (*run, error) {
 	if err != nil {
 		return fail(err)
 	}
-	rf, err := s.fs.Open(path)
-	if err != nil {
-		return fail(fmt.Errorf("spill: open run %s: %w", path, err))
-	}
-	r, err := OpenReader(rf, ReaderOptions{Cache: s.cache, CacheID: id, FileName: path})
+	rn, err := s.openRun(path)
 	if err != nil {
 		return fail(err)
 	}
-	return &run{id: id, path: path, r: r, info: info}, nil
+	rn.info = info
+	return rn, nil
+}
+
+// openRun opens the run file at path for reads through the set's cache.
+func (s *Set) openRun(path string) (*run, error) {
+	var id uint64 // cache ID: unique among the cache's users
+	if s.cache != nil {
+		id = s.cache.NewRunID()
+	}
+	rf, err := s.fs.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("spill: open run %s: %w", path, err)
+	}
+	r, err := OpenReader(rf, ReaderOptions{Cache: s.cache, CacheID: id, FileName: path})
+	if err != nil {
+		return nil, err
+	}
+	return &run{id: id, path: path, r: r, info: r.Info()}, nil
 }
 
 // Get looks key up in the runs, newest first, and returns the value of the

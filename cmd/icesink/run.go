@@ -78,6 +78,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	stateDir := fs.String("state-dir", "", "`DIR` for the in-process coordinator's checkpoints (default: DIR/_icesink/SINK-ID)")
 	rewrite := fs.Float64("rewrite-deleted", 0, "rewrite at commit each data file of the window of which this `SHARE` of rows was deleted in it, so readers scan live rows only (0: never)")
 	spillDir := fs.String("spill-dir", "", "`DIR` for the index's spill runs (default: the OS temp dir; a private subfolder per writer)")
+	keyIndexDir := fs.String("key-index-dir", "", "`DIR` where each writer keeps its key index between runs, so that a restart on an unchanged table skips the rebuild (default: SPILL-DIR/icesink-keyindex; - for none)")
 	var rf retentionFlags
 	rf.register(fs)
 	var tof timeoutFlags
@@ -209,6 +210,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		Writers:        *writers,
 		Vnodes:         *vnodeCount,
 		StateDir:       *stateDir,
+		KeyIndexDir:    *keyIndexDir,
 		Retention:      retention,
 		Timeouts:       timeouts,
 		InputID:        *inputID,
@@ -407,6 +409,16 @@ func printStats(w io.Writer, s deltawriter.Stats, p peaks, limit int64) {
 	fmt.Fprintf(&b, "eq-delete files / rows    %d / %d\n", s.EqualityDeleteFile, s.EqualityDeletes)
 	fmt.Fprintf(&b, "rewritten files / deletes %d / %d (--rewrite-deleted)\n", s.RewrittenFiles, s.RewrittenDeletes)
 	fmt.Fprintf(&b, "key index: rebuilt from   %d rows in %d files\n", s.IndexRebuildRows, s.IndexRebuildFiles)
+	if s.IndexesReused > 0 || s.IndexRebuildReason != "" {
+		fmt.Fprintf(&b, "key index: reused by      %d writers", s.IndexesReused)
+		if s.IndexRebuildReason != "" {
+			fmt.Fprintf(&b, " (rebuilt: %s)", s.IndexRebuildReason)
+		}
+		b.WriteString("\n")
+	}
+	if s.IndexNotSaved != "" {
+		fmt.Fprintf(&b, "key index: not saved      %s\n", s.IndexNotSaved)
+	}
 	fmt.Fprintf(&b, "key index: lookups / old rows deleted %d / %d\n", s.IndexLookups, s.OldRowsDeleted)
 	fmt.Fprintf(&b, "key index: keys / spills  %d / %d\n", s.TableIndex.Keys, s.TableIndex.Spills)
 	io.WriteString(w, b.String())

@@ -1,0 +1,363 @@
+package deltawriter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/dedup"
+	"github.com/icesink/icesink/spill"
+)
+
+// The saved key index: Options.KeyIndexDir holds the index's sorted runs
+// (spill format) and a manifest, keyIndexFile, naming them with what they
+// are consistent with. Version 1 of the manifest is JSON:
+//
+//	format, version        "icesink-keyindex", 1
+//	table_uuid, sink_id    whose rows the index holds
+//	snapshot               the table snapshot it is consistent with
+//	spec_id, key_field_ids the partitioning and key it was built with
+//	runs                   run files, oldest first
+//	files, lanes           the file table: file id -> data file path, partition
+//
+// New reads it and removes it at once (a crash afterwards leaves no
+// manifest, so the next start rebuilds); SaveKeyIndex writes it again
+// (temporary file, fsync, rename).
+const (
+	keyIndexFile    = "KEYINDEX"
+	keyIndexFormat  = "icesink-keyindex"
+	keyIndexVersion = 1
+)
+
+type keyIndexManifest struct {
+	Format      string   `json:"format"`
+	Version     int      `json:"version"`
+	TableUUID   string   `json:"table_uuid"`
+	SinkID      string   `json:"sink_id"`
+	Snapshot    int64    `json:"snapshot"`
+	SpecID      int      `json:"spec_id"`
+	KeyFieldIDs []int    `json:"key_field_ids"`
+	Runs        []string `json:"runs"`
+	Files       []string `json:"files"`
+	Lanes       []string `json:"lanes"`
+}
+
+// keyFieldIDs returns the field ids of the writer's key columns.
+func (w *Writer) keyFieldIDs() []int {
+	var ids []int
+	for _, c := range w.keys.Columns() {
+		ids = append(ids, w.schema.Field(c).ID)
+	}
+	return ids
+}
+
+// openTableIndex reuses the index saved in Options.KeyIndexDir when it is
+// consistent with tbl, and otherwise builds it from the table (in that
+// folder, so that it can be saved again).
+func (w *Writer) openTableIndex(ctx context.Context, tbl *table.Table) error {
+	dir := w.opts.tableIndex.Dir
+	if dir == "" {
+		return w.buildTableIndex(ctx, tbl, nil)
+	}
+	reason, err := w.loadTableIndex(ctx, tbl, dir)
+	if err != nil {
+		return err
+	}
+	if reason == "" {
+		w.stats.IndexesReused = 1
+		return nil
+	}
+	w.stats.IndexRebuildReason = reason
+	// Take the folder (its old runs go) and build into it.
+	ix, err := dedup.Open(w.opts.tableIndex, nil)
+	switch {
+	case errors.Is(err, spill.ErrLocked):
+		w.stats.IndexRebuildReason = reasonInUse
+		w.opts.tableIndex.Dir = "" // another process's: build a private one
+		ix = nil
+	case err != nil:
+		return fmt.Errorf("deltawriter: opening the key index folder: %w", err)
+	default:
+		if err := os.Remove(filepath.Join(dir, keyIndexFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			ix.Close()
+			return fmt.Errorf("deltawriter: removing the stale key index manifest in %s: %w", dir, err)
+		}
+	}
+	return w.buildTableIndex(ctx, tbl, ix)
+}
+
+const reasonInUse = "the key index folder is in use by another process"
+
+// loadTableIndex opens the index saved in dir and returns "" when it is
+// consistent with tbl, or why it is not (then nothing is open). Only an
+// unexpected error reading the table is returned as an error.
+func (w *Writer) loadTableIndex(ctx context.Context, tbl *table.Table, dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, keyIndexFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return "no saved key index", nil
+	}
+	if err != nil {
+		return fmt.Sprintf("reading the saved key index: %v", err), nil
+	}
+	var m keyIndexManifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return fmt.Sprintf("the saved key index's manifest is damaged: %v", err), nil
+	}
+	meta := tbl.Metadata()
+	switch {
+	case m.Format != keyIndexFormat || m.Version != keyIndexVersion:
+		return fmt.Sprintf("the saved key index has format %q version %d, this build reads %q version %d", m.Format, m.Version, keyIndexFormat, keyIndexVersion), nil
+	case m.TableUUID != meta.TableUUID().String():
+		return "the saved key index belongs to another table", nil
+	case m.SinkID != w.opts.SinkID:
+		return fmt.Sprintf("the saved key index belongs to sink %q", m.SinkID), nil
+	case m.SpecID != meta.DefaultPartitionSpec() || !slices.Equal(m.KeyFieldIDs, w.keyFieldIDs()):
+		return "the table's key or partitioning changed since the key index was saved", nil
+	case len(m.Files) != len(m.Lanes) || len(m.Files) > dedup.MaxFile+1:
+		return "the saved key index's file table is damaged", nil
+	}
+	if why := sinceSaved(meta, m.Snapshot); why != "" {
+		return why, nil
+	}
+	opts := w.opts.tableIndex
+	opts.Dir = dir
+	ix, err := dedup.Open(opts, m.Runs)
+	if errors.Is(err, spill.ErrLocked) {
+		return reasonInUse, nil
+	}
+	if err != nil {
+		return fmt.Sprintf("the saved key index's runs could not be read: %v", err), nil
+	}
+	// From here on the folder's runs change: a crash must not leave the
+	// manifest naming them.
+	if err := os.Remove(filepath.Join(dir, keyIndexFile)); err != nil {
+		ix.Close()
+		return "", fmt.Errorf("deltawriter: removing the key index's manifest in %s: %w", dir, err)
+	}
+	t := &tableIndex{ix: ix, files: m.Files, lanes: m.Lanes, ids: make(map[string]uint32, len(m.Files)), base: -1}
+	for i, p := range m.Files {
+		t.ids[p] = uint32(i)
+	}
+	if s := meta.CurrentSnapshot(); s != nil {
+		t.base = s.SnapshotID
+	}
+	w.tidx = t
+	if w.version >= 3 {
+		// The live deletion vectors come from the manifests alone.
+		tasks, err := tbl.Scan().PlanFiles(ctx)
+		if err != nil {
+			return "", fmt.Errorf("deltawriter: planning the table's deletion vectors: %w", err)
+		}
+		for _, task := range tasks {
+			for _, df := range task.DeletionVectorFiles {
+				if w.dvs.live == nil {
+					w.dvs.live = map[string]iceberg.DataFile{}
+				}
+				w.dvs.live[task.File.FilePath()] = df
+			}
+		}
+	}
+	return "", nil
+}
+
+// sinceSaved returns "" when the snapshots of meta after snapshot saved
+// (-1: none) changed no rows (rewrites of manifests only), or why the
+// saved index is not consistent with the table.
+func sinceSaved(meta table.Metadata, saved int64) string {
+	for s := meta.CurrentSnapshot(); ; {
+		if s == nil {
+			if saved == -1 {
+				return ""
+			}
+			return fmt.Sprintf("snapshot %d, which the saved key index is consistent with, is not in the table's current history", saved)
+		}
+		if s.SnapshotID == saved {
+			return ""
+		}
+		if commit.ChangesRows(s) {
+			op := "unknown"
+			if s.Summary != nil {
+				op = string(s.Summary.Operation)
+			}
+			return fmt.Sprintf("the table changed after the key index was saved (snapshot %d, operation %s)", s.SnapshotID, op)
+		}
+		if s.ParentSnapshotID == nil {
+			s = nil
+			continue
+		}
+		s = meta.SnapshotByID(*s.ParentSnapshotID)
+	}
+}
+
+// SaveKeyIndex keeps a DeleteByPosition writer's key index in
+// Options.KeyIndexDir for the next run's New, which then skips the
+// rebuild when the table did not change in between. The caller calls it
+// after its last Committed and before giving up its keys (a sink: before
+// its coordinator session ends), so that no later commit can have touched
+// them. It returns why nothing was saved, if it did not save ("" when it
+// did): no folder, a failed writer, a window prepared and not confirmed,
+// a table changed by another writer. Errors are I/O errors.
+func (w *Writer) SaveKeyIndex(ctx context.Context) (string, error) {
+	why, err := w.saveKeyIndex(ctx)
+	w.stats.IndexNotSaved = why
+	return why, err
+}
+
+func (w *Writer) saveKeyIndex(ctx context.Context) (string, error) {
+	switch {
+	case w.tidx == nil:
+		return "the writer keeps no key index", nil
+	case w.opts.tableIndex.Dir == "":
+		return "no key index folder", nil
+	case w.err != nil:
+		return "the writer failed", nil
+	case w.pending != nil:
+		return "a prepared window was neither committed nor aborted", nil
+	case len(w.tidx.dups) > 0:
+		return "the key index holds keys that are live more than once", nil
+	}
+	tbl := *w.tbl
+	if err := tbl.Refresh(ctx); err != nil {
+		return "", fmt.Errorf("deltawriter: loading the table to save the key index: %w", err)
+	}
+	meta := tbl.Metadata()
+	// Every commit of this sink after the index was built went through
+	// Committed (the committer refuses a foreign change before it); what
+	// came after the newest of them must have changed no rows.
+	snap := int64(-1)
+	for s := meta.CurrentSnapshot(); s != nil; {
+		if s.Summary != nil && s.Summary.Properties[commit.PropSinkID] == w.opts.SinkID || s.SnapshotID == w.tidx.base {
+			break
+		}
+		if commit.ChangesRows(s) {
+			return fmt.Sprintf("snapshot %d of another writer changed the table", s.SnapshotID), nil
+		}
+		if s.ParentSnapshotID == nil {
+			break
+		}
+		s = meta.SnapshotByID(*s.ParentSnapshotID)
+	}
+	if s := meta.CurrentSnapshot(); s != nil {
+		snap = s.SnapshotID
+	}
+	runs, err := w.tidx.ix.Save()
+	if err != nil {
+		return "", fmt.Errorf("deltawriter: saving the key index: %w", err)
+	}
+	m := keyIndexManifest{
+		Format: keyIndexFormat, Version: keyIndexVersion,
+		TableUUID: w.tableUUID, SinkID: w.opts.SinkID, Snapshot: snap,
+		SpecID: w.spec.ID(), KeyFieldIDs: w.keyFieldIDs(),
+		Runs: runs, Files: w.tidx.files, Lanes: w.tidx.lanes,
+	}
+	b, err := json.Marshal(m)
+	if err != nil {
+		return "", err
+	}
+	dir := w.opts.tableIndex.Dir
+	if err := writeFileSync(filepath.Join(dir, keyIndexFile), b); err != nil {
+		return "", fmt.Errorf("deltawriter: saving the key index's manifest in %s: %w", dir, err)
+	}
+	w.saved = true
+	return "", nil
+}
+
+// writeFileSync replaces path with b atomically and durably: a temporary
+// file, fsync, rename, fsync of the folder.
+func writeFileSync(path string, b []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	return errors.Join(err, d.Close())
+}
+
+// unsave removes the manifest SaveKeyIndex wrote before the index changes.
+func (w *Writer) unsave() error {
+	if !w.saved {
+		return nil
+	}
+	w.saved = false
+	path := filepath.Join(w.opts.tableIndex.Dir, keyIndexFile)
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("deltawriter: removing the key index manifest %s: %w", path, err)
+	}
+	return nil
+}
+
+// RemoveStaleKeyIndexes removes the folders under base (siblings of the
+// Options.KeyIndexDir folders a sink names there) that no writer could
+// reuse any more: no live holder (their lock can be taken) and no saved
+// manifest, or a manifest of sink sinkID on tbl that the table has moved
+// past. Folders of other tables and sinks, and those still reusable, are
+// left alone. It returns how many it removed.
+func RemoveStaleKeyIndexes(base string, tbl *table.Table, sinkID string) (int, error) {
+	names, err := os.ReadDir(base)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("deltawriter: listing key index folders in %s: %w", base, err)
+	}
+	meta := tbl.Metadata()
+	n := 0
+	for _, e := range names {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(base, e.Name())
+		lock, err := spill.OSFS{}.Lock(filepath.Join(dir, "LOCK"))
+		if err != nil {
+			continue // held, or not ours to judge
+		}
+		stale := true
+		if b, err := os.ReadFile(filepath.Join(dir, keyIndexFile)); err == nil {
+			var m keyIndexManifest
+			if json.Unmarshal(b, &m) == nil && m.Format == keyIndexFormat {
+				switch {
+				case m.TableUUID != meta.TableUUID().String() || m.SinkID != sinkID:
+					stale = false // another table's or sink's
+				case sinceSaved(meta, m.Snapshot) == "":
+					stale = false // still reusable
+				}
+			}
+		}
+		if stale {
+			if err := os.RemoveAll(dir); err != nil {
+				lock.Close()
+				return n, fmt.Errorf("deltawriter: removing the stale key index %s: %w", dir, err)
+			}
+			n++
+		}
+		lock.Close()
+	}
+	return n, nil
+}
