@@ -95,6 +95,19 @@ func ratios(r *Results) []Ratio {
 					}
 					return x.Scan.Seconds
 				}, nil, "a restart rebuilds the writer's key index from the table: key columns of every data file, deletes applied"))
+			out = append(out, pair(w.Name+" key-index reopen s ÷ rebuild s", w, w,
+				func(x *RunResult) float64 {
+					if x.Rebuild == nil {
+						return 0
+					}
+					return x.Rebuild.ReopenSeconds
+				},
+				func(x *RunResult) float64 {
+					if x.Rebuild == nil {
+						return 0
+					}
+					return x.Rebuild.Seconds
+				}, nil, "a restart on an unchanged table takes the key index the last run saved (deltawriter.Options.KeyIndexDir)"))
 		}
 		if bounded && unb != nil {
 			out = append(out, pair(w.Name+" peak RSS ÷ unbounded peak RSS", w, unb, rss, rss, targetRSS,

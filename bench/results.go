@@ -51,6 +51,9 @@ type RebuildResult struct {
 	Seconds float64 `json:"seconds"` // wall time of deltawriter.New
 	Rows    int64   `json:"rows"`    // live rows read into the index
 	Files   int     `json:"files"`   // data files read
+	// ReopenSeconds is the wall time of deltawriter.New taking the index
+	// the rebuilt writer saved (a restart on an unchanged table).
+	ReopenSeconds float64 `json:"reopen_seconds"`
 }
 
 // RunResult is one repeat of one scenario.

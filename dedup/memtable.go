@@ -25,6 +25,9 @@ type memtable struct {
 	entries []memEntry
 	arena   []byte
 	order   []uint32 // scratch for eachSorted
+	// sorted reports that order holds every entry in (hash, key) order:
+	// cleared by insert and clear.
+	sorted bool
 }
 
 const maxArena = 1<<32 - 1
@@ -117,6 +120,7 @@ func (m *memtable) insert(slot int, hash uint64, key []byte, s State) bool {
 	off := len(m.arena)
 	m.arena = append(m.arena, key...)
 	m.entries = append(m.entries, memEntry{hash: hash, keyOff: uint32(off), keyLen: uint32(len(key)), file: f, pos: p})
+	m.sorted = false
 	m.slots[slot] = uint32(len(m.entries))
 	return true
 }
@@ -152,22 +156,49 @@ func (m *memtable) eachSorted(fn func(hash uint64, key []byte, s State) bool) {
 
 // sortOrder fills m.order with the entries' indexes in (hash, key) order.
 func (m *memtable) sortOrder() {
-	m.order = slices.Grow(m.order[:0], len(m.entries))[:len(m.entries)]
-	for i := range m.order {
-		m.order[i] = uint32(i)
+	if m.sorted {
+		return
 	}
-	slices.SortFunc(m.order, func(a, b uint32) int {
+	n := len(m.entries)
+	m.order = slices.Grow(m.order[:0], n)[:n]
+	// Hashes are uniform: a counting pass by their top bits puts each
+	// entry in a bucket of about eight, and a sort of each bucket finishes.
+	b := min(max(bits.Len(uint(n))-3, 1), 16)
+	shift := 64 - b
+	ends := make([]uint32, 1<<b+1)
+	for i := range m.entries {
+		ends[m.entries[i].hash>>shift+1]++
+	}
+	for i := 1; i < len(ends); i++ {
+		ends[i] += ends[i-1]
+	}
+	for i := range m.entries {
+		k := m.entries[i].hash >> shift
+		m.order[ends[k]] = uint32(i)
+		ends[k]++
+	}
+	less := func(a, b uint32) int {
 		ea, eb := &m.entries[a], &m.entries[b]
 		if c := cmp.Compare(ea.hash, eb.hash); c != 0 {
 			return c
 		}
 		return bytes.Compare(m.key(ea), m.key(eb))
-	})
+	}
+	// ends[k] is now the end of bucket k (and the start of k+1).
+	lo := uint32(0)
+	for _, hi := range ends[:1<<b] {
+		if hi-lo > 1 {
+			slices.SortFunc(m.order[lo:hi], less)
+		}
+		lo = hi
+	}
+	m.sorted = true
 }
 
 // clear drops every entry and keeps the allocations for reuse.
 func (m *memtable) clear() {
 	clear(m.slots)
+	m.sorted = false
 	m.entries = m.entries[:0]
 	m.arena = m.arena[:0]
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
@@ -142,6 +143,7 @@ func (w *Writer) loadTableIndex(ctx context.Context, tbl *table.Table, dir strin
 		ix.Close()
 		return "", fmt.Errorf("deltawriter: removing the key index's manifest in %s: %w", dir, err)
 	}
+	w.failpoint("keyindex-load")
 	t := &tableIndex{ix: ix, files: m.Files, lanes: m.Lanes, ids: make(map[string]uint32, len(m.Files)), base: -1}
 	for i, p := range m.Files {
 		t.ids[p] = uint32(i)
@@ -252,6 +254,7 @@ func (w *Writer) saveKeyIndex(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("deltawriter: saving the key index: %w", err)
 	}
+	w.failpoint("keyindex-save")
 	m := keyIndexManifest{
 		Format: keyIndexFormat, Version: keyIndexVersion,
 		TableUUID: w.tableUUID, SinkID: w.opts.SinkID, Snapshot: snap,
@@ -269,6 +272,10 @@ func (w *Writer) saveKeyIndex(ctx context.Context) (string, error) {
 	w.saved = true
 	return "", nil
 }
+
+// KeyIndexMaxAge is how long RemoveStaleKeyIndexes keeps a saved key
+// index of another table or sink.
+const KeyIndexMaxAge = 7 * 24 * time.Hour
 
 // writeFileSync replaces path with b atomically and durably: a temporary
 // file, fsync, rename, fsync of the folder.
@@ -317,8 +324,9 @@ func (w *Writer) unsave() error {
 // Options.KeyIndexDir folders a sink names there) that no writer could
 // reuse any more: no live holder (their lock can be taken) and no saved
 // manifest, or a manifest of sink sinkID on tbl that the table has moved
-// past. Folders of other tables and sinks, and those still reusable, are
-// left alone. It returns how many it removed.
+// past, or a manifest of another table or sink saved more than
+// KeyIndexMaxAge ago (a dropped table's). Those still reusable are left
+// alone. It returns how many it removed.
 func RemoveStaleKeyIndexes(base string, tbl *table.Table, sinkID string) (int, error) {
 	names, err := os.ReadDir(base)
 	if errors.Is(err, os.ErrNotExist) {
@@ -339,12 +347,15 @@ func RemoveStaleKeyIndexes(base string, tbl *table.Table, sinkID string) (int, e
 			continue // held, or not ours to judge
 		}
 		stale := true
-		if b, err := os.ReadFile(filepath.Join(dir, keyIndexFile)); err == nil {
+		mpath := filepath.Join(dir, keyIndexFile)
+		if b, err := os.ReadFile(mpath); err == nil {
 			var m keyIndexManifest
 			if json.Unmarshal(b, &m) == nil && m.Format == keyIndexFormat {
 				switch {
 				case m.TableUUID != meta.TableUUID().String() || m.SinkID != sinkID:
-					stale = false // another table's or sink's
+					// Another table's or sink's: kept unless old.
+					st, err := os.Stat(mpath)
+					stale = err == nil && time.Since(st.ModTime()) > KeyIndexMaxAge
 				case sinceSaved(meta, m.Snapshot) == "":
 					stale = false // still reusable
 				}

@@ -128,6 +128,7 @@ func (w *Writer) buildTableIndex(ctx context.Context, tbl *table.Table, ix *dedu
 		if err := r.dataFile(ctx, task); err != nil {
 			return fmt.Errorf("deltawriter: rebuilding the key index from %s: %w", task.File.FilePath(), err)
 		}
+		w.failpoint("keyindex-rebuild")
 	}
 	w.stats.IndexRebuildRows += r.rows
 	w.stats.IndexRebuildFiles += len(tasks)
@@ -403,6 +404,7 @@ func (w *Writer) resolveOld() error {
 	if err != nil {
 		return fmt.Errorf("deltawriter: resolving the window's deletes in the key index: %w", err)
 	}
+	w.failpoint("keyindex-resolve")
 	if len(dels) == 0 {
 		return nil
 	}
@@ -516,6 +518,7 @@ func (w *Writer) Committed(ctx context.Context) error {
 	if err != nil {
 		return w.fail(fmt.Errorf("deltawriter: updating the key index with the committed window: %w", err))
 	}
+	w.failpoint("keyindex-ingest")
 	w.pending = nil
 	w.dvCommitted()
 	if err := w.index.Reset(); err != nil {

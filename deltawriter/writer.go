@@ -98,6 +98,14 @@ type Options struct {
 	// (Owns); a folder another process holds is left alone (the writer
 	// then builds a private index). Default: none, New always rebuilds.
 	KeyIndexDir string
+	// Failpoint, if set, is called with the name of each point a crash
+	// test may stop the process at: keyindex-rebuild (after each data file
+	// a rebuild read), keyindex-load (a saved index taken, its manifest
+	// removed), keyindex-resolve (the window's old rows looked up, their
+	// deletes not yet written), keyindex-ingest (a committed window in the
+	// key index, the window not yet reset), keyindex-save (runs saved, the
+	// manifest not yet written).
+	Failpoint func(name string)
 
 	parquetBytes int64         // the open Parquet writers' share of MemoryLimit
 	tableIndex   dedup.Options // the key index's (DeleteByPosition)
@@ -1030,3 +1038,10 @@ func (w *Writer) DeleteMode() DeleteMode { return w.opts.DeleteMode }
 
 // Schema returns the table schema the writer writes.
 func (w *Writer) Schema() *iceberg.Schema { return w.schema }
+
+// failpoint calls Options.Failpoint.
+func (w *Writer) failpoint(name string) {
+	if w.opts.Failpoint != nil {
+		w.opts.Failpoint(name)
+	}
+}

@@ -459,3 +459,77 @@ func TestFailedValidationCreatesNoTable(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyIndexCrashPoints kills a run (SIGKILL through ICESINK_FAILPOINT)
+// at each point of the key index's life: during a rebuild, right after a
+// saved index was taken, between the window's lookups and its deletes,
+// between a commit and the window's reset, and while the index is saved.
+// The rerun must finish with the stream's final state and no equality
+// delete.
+func TestKeyIndexCrashPoints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test")
+	}
+	rng := rand.New(rand.NewPCG(21, 21))
+	in, lines := stream(t, rng, 8000, 1500)
+	half := filepath.Join(t.TempDir(), "half.jsonl")
+	var buf bytes.Buffer
+	for _, l := range lines[:len(lines)/2] {
+		buf.Write(l)
+		buf.WriteByte('\n')
+	}
+	if err := os.WriteFile(half, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	schema := writeSchema(t)
+	for _, tc := range []struct {
+		point  string
+		nth    int
+		noSave bool // remove the saved index first: the rerun rebuilds
+	}{
+		{"keyindex-rebuild", 3, true},
+		{"keyindex-load", 1, false},
+		{"keyindex-resolve", 4, false},
+		{"keyindex-ingest", 4, false},
+		{"keyindex-save", 1, false},
+	} {
+		t.Run(tc.point, func(t *testing.T) {
+			wh, kd := t.TempDir(), t.TempDir()
+			run := func(input, failpoint string) (string, int) {
+				args := []string{"run", "--warehouse", wh, "--table", "db.t", "--schema", schema, "--input", input,
+					"--checkpoint-rows", "400", "--writers", "2", "--memory-limit", "2MiB", "--key-index-dir", kd, "--quiet", "--stats"}
+				cmd := exec.Command(binary, args...)
+				cmd.Env = append(os.Environ(), failpointEnv+"="+failpoint)
+				var out bytes.Buffer
+				cmd.Stdout, cmd.Stderr = &out, &out
+				cmd.Run()
+				return out.String(), cmd.ProcessState.ExitCode()
+			}
+			out, code := run(half, "")
+			if code != 0 || !strings.Contains(out, "eq-delete files / rows    0 / 0") {
+				t.Fatalf("first half: exit %d\n%s", code, out)
+			}
+			if tc.noSave {
+				os.RemoveAll(kd)
+			}
+			if out, code = run(in, fmt.Sprintf("%s:%d", tc.point, tc.nth)); code != -1 {
+				t.Fatalf("the run was not killed at %s (exit %d)\n%s", tc.point, code, out)
+			}
+			out, code = run(in, "")
+			if code != 0 || !strings.Contains(out, "eq-delete files / rows    0 / 0") {
+				t.Fatalf("rerun: exit %d\n%s", code, out)
+			}
+			if n := committedLine(t, wh); n != int64(len(lines)) {
+				t.Fatalf("committed line %d, want %d", n, len(lines))
+			}
+			got, _, _ := icesink(t, "scan", "--warehouse", wh, "--table", "db.t")
+			if want := expectedScan(t, lines, len(lines)); got != want {
+				t.Errorf("table after a kill at %s and a rerun differs from the stream's final state", tc.point)
+			}
+			// The run after the rerun takes the saved index.
+			if out, _ = run(in, ""); !strings.Contains(out, "reused by      2 writers") {
+				t.Errorf("the saved index was not reused after the rerun:\n%s", out)
+			}
+		})
+	}
+}

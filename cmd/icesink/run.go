@@ -218,6 +218,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if cfg.StateDir == "" {
 		cfg.StateDir = filepath.Join(tf.warehouse, "_icesink", *sinkID)
 	}
+	if cfg.Writer.Failpoint, err = failpointFromEnv(); err != nil {
+		return err
+	}
 	if *coordAddr != "" {
 		if *writers != 1 {
 			return fmt.Errorf("%w: --coordinator runs one writer per process; drop --writers", errUsage)
