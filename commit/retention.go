@@ -35,6 +35,10 @@ type Retention struct {
 	// (iceberg-go v0.7.0's RewriteManifests leaves them alone; see
 	// mergeDeleteManifests). Format v2 tables only. 0: never.
 	MaxDeleteManifests int
+	// CheckManifestsEvery is how many Tidy calls pass between two counts
+	// of the manifests (a read of the manifest list). Default: an eighth
+	// of the smaller manifest limit; a one-shot maintenance sets 1.
+	CheckManifestsEvery int
 }
 
 // DefaultRetention is what the sink applies unless told otherwise: 100
@@ -144,6 +148,9 @@ func (c *Committer) Tidy(ctx context.Context, r Retention) (Tidied, error) {
 			if err := removeExpired(ctx, before, c.tbl); err != nil {
 				return t, fmt.Errorf("commit: removing the files of expired snapshots of %v: %w", c.ident, err)
 			}
+			if err := c.bury(ctx); err != nil {
+				return t, err
+			}
 		}
 	}
 	// Reading the manifest list costs as much as a commit: it is read
@@ -155,7 +162,11 @@ func (c *Committer) Tidy(ctx context.Context, r Retention) (Tidied, error) {
 		limit = min(r.MaxDataManifests, r.MaxDeleteManifests)
 	}
 	c.tidies++
-	if limit > 0 && c.tidies%max(1, limit/8) == 0 && c.tbl.CurrentSnapshot() != nil {
+	every := r.CheckManifestsEvery
+	if every <= 0 {
+		every = max(1, limit/8)
+	}
+	if limit > 0 && c.tidies%every == 0 && c.tbl.CurrentSnapshot() != nil {
 		fsys, err := c.tbl.FS(ctx)
 		if err != nil {
 			return t, fmt.Errorf("commit: %v: %w", c.ident, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"github.com/apache/iceberg-go/table/dv"
 
+	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/dedup"
 	"github.com/icesink/icesink/internal/arrowval"
 )
@@ -144,6 +145,11 @@ type rebuilder struct {
 	posDels map[string]map[string][]int64  // delete file -> data file -> positions
 	eqDels  map[string]map[string]struct{} // delete file -> canonical keys
 	rows    int64
+	// follow: the rows are a compaction's, moved from files the index
+	// points at (not duplicates); moved collects the new rows of keys
+	// the index holds as duplicates.
+	follow bool
+	moved  map[string][]dedup.Ref
 }
 
 func (r *rebuilder) dataFile(ctx context.Context, task table.FileScanTask) error {
@@ -225,6 +231,12 @@ func (r *rebuilder) dataFile(ctx context.Context, task table.FileScanTask) error
 		}
 		r.rows++
 		ref := dedup.Ref{File: id, Pos: uint32(p)}
+		if r.follow {
+			if _, dup := w.tidx.dups[string(key)]; dup {
+				r.moved[string(key)] = append(r.moved[string(key)], ref)
+			}
+			return w.tidx.ix.Put(h, key, dedup.State{Row: ref, HasRow: true})
+		}
 		if old, ok, err := w.tidx.ix.Get(h, key); err != nil {
 			return err
 		} else if ok && old.HasRow {
@@ -533,4 +545,116 @@ type pendingWindow struct {
 	paths   []string
 	lanes   []string
 	dropped [][]uint32 // the positions a rewrite dropped, sorted (nil: none)
+}
+
+// Follow brings a DeleteByPosition writer's key index up to tbl, which
+// holds the commits it confirmed (Committed) and possibly compactions that
+// this sink's own maintenance committed after them (snapshots with
+// commit.PropMaintainedBy = Options.SinkID): the rows a compaction moved
+// are read from its new files, and the index points at them from then on.
+// A snapshot after the index's base that changed rows and is neither this
+// sink's epoch nor its maintenance fails with commit.ErrForeignChange.
+// Call it after Committed and before the next Write. In DeleteByEquality
+// mode it does nothing.
+func (w *Writer) Follow(ctx context.Context, tbl *table.Table) error {
+	if w.tidx == nil || w.err != nil || w.pending != nil {
+		return w.err
+	}
+	meta := tbl.Metadata()
+	cur := meta.CurrentSnapshot()
+	if cur == nil || cur.SnapshotID == w.tidx.base {
+		return nil
+	}
+	var follow []*table.Snapshot // newest first
+	for s := cur; s.SnapshotID != w.tidx.base; {
+		props := iceberg.Properties{}
+		if s.Summary != nil {
+			props = s.Summary.Properties
+		}
+		switch {
+		case props[commit.PropMaintainedBy] == w.opts.SinkID:
+			follow = append(follow, s)
+		case props[commit.PropSinkID] == w.opts.SinkID, !commit.ChangesRows(s):
+		default:
+			return w.fail(fmt.Errorf("deltawriter: following the table: %w (snapshot %d)", commit.ErrForeignChange, s.SnapshotID))
+		}
+		if s.ParentSnapshotID == nil {
+			if w.tidx.base >= 0 {
+				return w.fail(fmt.Errorf("deltawriter: following the table: %w: snapshot %d, the key index's base, is not in its history", commit.ErrForeignChange, w.tidx.base))
+			}
+			break
+		}
+		if s = meta.SnapshotByID(*s.ParentSnapshotID); s == nil {
+			return w.fail(fmt.Errorf("deltawriter: following the table: %w: snapshot %d, the key index's base, is not in its history", commit.ErrForeignChange, w.tidx.base))
+		}
+	}
+	if len(follow) > 0 {
+		if err := w.unsave(); err != nil {
+			return w.fail(err)
+		}
+	}
+	fsys, err := tbl.FS(ctx)
+	if err != nil {
+		return err
+	}
+	for i := len(follow) - 1; i >= 0; i-- {
+		if err := w.followRewrite(ctx, fsys, follow[i]); err != nil {
+			return w.fail(fmt.Errorf("deltawriter: following compaction snapshot %d: %w", follow[i].SnapshotID, err))
+		}
+	}
+	w.tidx.base = cur.SnapshotID
+	return nil
+}
+
+// followRewrite points the key index at the rows of the data files
+// snapshot s added (a compaction: every live row of the files it removed,
+// deletes applied), and forgets the deletion vectors of the files it
+// removed.
+func (w *Writer) followRewrite(ctx context.Context, fsys iceio.IO, s *table.Snapshot) error {
+	mans, err := s.Manifests(fsys)
+	if err != nil {
+		return err
+	}
+	r := &rebuilder{w: w, fs: fsys, follow: true, moved: map[string][]dedup.Ref{}}
+	removed := map[uint32]bool{} // file ids of the files s removed
+	for _, m := range mans {
+		if m.ManifestContent() != iceberg.ManifestContentData || m.SnapshotID() != s.SnapshotID {
+			continue
+		}
+		entries, err := m.FetchEntries(fsys, false)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			df := e.DataFile()
+			switch e.Status() {
+			case iceberg.EntryStatusADDED:
+				if err := r.dataFile(ctx, table.FileScanTask{File: df}); err != nil {
+					return fmt.Errorf("reading %s: %w", df.FilePath(), err)
+				}
+			case iceberg.EntryStatusDELETED:
+				delete(w.dvs.live, df.FilePath())
+				if id, ok := w.tidx.ids[df.FilePath()]; ok {
+					removed[id] = true
+				}
+			}
+		}
+	}
+	// Keys live more than once: the rows of removed files now sit in the
+	// new files.
+	for k, refs := range w.tidx.dups {
+		kept := r.moved[k]
+		for _, ref := range refs {
+			if !removed[ref.File] {
+				kept = append(kept, ref)
+			}
+		}
+		if len(kept) > 1 {
+			w.tidx.dups[k] = kept
+		} else {
+			delete(w.tidx.dups, k)
+		}
+	}
+	w.stats.IndexFollowedRows += r.rows
+	return nil
 }

@@ -208,6 +208,9 @@ type Stats struct {
 	// Options.KeyIndexDir without a rebuild (0 or 1 for one writer);
 	// otherwise IndexRebuildReason says why it rebuilt ("" without a
 	// folder).
+	// IndexFollowedRows counts the rows Follow read from the files of
+	// this sink's compactions.
+	IndexFollowedRows  int64
 	IndexesReused      int
 	IndexRebuildReason string
 	// IndexNotSaved is why SaveKeyIndex did not save the key index ("" if

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -536,5 +537,63 @@ func TestKeyIndexesKeptBetweenRuns(t *testing.T) {
 	// The three-writer layout's folders were stale and removed.
 	if ents, err := os.ReadDir(filepath.Join(spillDir, "icesink-keyindex")); err != nil || len(ents) != 2 {
 		t.Fatalf("key index folders after the rescale: %d (%v), want 2", len(ents), err)
+	}
+}
+
+// TestCompactionInSinkAgainstModel: with compaction on, the coordinator
+// rewrites the small files between epochs and the writers' key indexes
+// follow; the table equals the model, holds no equality delete, and
+// far fewer data files than commits. A rerun on the compacted table
+// rebuilds (the saved indexes predate nothing: they follow) and stays
+// exact.
+func TestCompactionInSinkAgainstModel(t *testing.T) {
+	for _, version := range []int{2, 3} {
+		t.Run(fmt.Sprint("v", version), func(t *testing.T) {
+			ctx := context.Background()
+			wh, ident := newWarehouse(t)
+			if _, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: fuzzSchema,
+				Properties: iceberg.Properties{"format-version": fmt.Sprint(version)}}); err != nil {
+				t.Fatal(err)
+			}
+			full := genInput(t, 9, 6000, 1500)
+			half := full[:bytes.Index(full[len(full)/2:], []byte("\n"))+len(full)/2+1]
+			spill := t.TempDir()
+			run := func(input []byte) sink.Result {
+				t.Helper()
+				dec, err := changelog.NewDecoder(bytes.NewReader(input), changelog.ChangelogJSON, fuzzSchema)
+				if err != nil {
+					t.Fatal(err)
+				}
+				res, err := sink.Run(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "cmp", CheckpointRows: 300, Writers: 2,
+					Compaction: &commit.Compaction{MinInputFiles: 3}, CompactEvery: 4,
+					Writer: deltawriter.Options{SpillDir: spill, MemoryLimit: 1 << 20}}, dec)
+				if err != nil {
+					t.Fatal(err)
+				}
+				tbl, err := wh.Catalog.LoadTable(ctx, ident)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := liveRows(t, ctx, tbl), modelUpTo(t, input, changelog.ChangelogJSON, 1<<62); !reflect.DeepEqual(got, want) {
+					t.Fatalf("table has %d rows, the model %d (or they differ)", len(got), len(want))
+				}
+				if res.Stats.EqualityDeletes != 0 {
+					t.Fatalf("%d equality deletes", res.Stats.EqualityDeletes)
+				}
+				tasks, err := tbl.Scan().PlanFiles(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if res.Compactions == 0 || res.Stats.IndexFollowedRows == 0 || len(tasks) > res.Commits/2 {
+					t.Fatalf("%d compactions, %d rows followed, %d data files after %d commits", res.Compactions, res.Stats.IndexFollowedRows, len(tasks), res.Commits)
+				}
+				t.Logf("%d commits, %d compactions (%+v), %d data files", res.Commits, res.Compactions, res.Compacted, len(tasks))
+				return res
+			}
+			run(half)
+			if res := run(full); res.Stats.IndexesReused == 0 && res.Stats.IndexRebuildRows == 0 {
+				t.Fatal("the rerun neither reused nor rebuilt its key indexes")
+			}
+		})
 	}
 }

@@ -79,6 +79,15 @@ type Config struct {
 	// icesink-keyindex in Writer.SpillDir (or the OS temp dir); "-" keeps
 	// none.
 	KeyIndexDir string
+	// Compaction, when set, has the coordinator rewrite the table's small
+	// data files (their deletes applied) every CompactEvery commits,
+	// between two epochs, in a snapshot of its own; the writers' key
+	// indexes follow the moved rows before their next window. Only with
+	// the in-process coordinator. nil: no compaction.
+	Compaction *commit.Compaction
+	// CompactEvery is the number of commits between compaction rounds.
+	// Default 10.
+	CompactEvery int
 	// Connect, when set, joins an external coordinator (over gRPC) instead
 	// of starting one in process: this process runs one writer owning
 	// OwnVnodes and writes only the rows routed to them.
@@ -158,6 +167,9 @@ func (c Config) withDefaults() Config {
 	if c.Retention == nil {
 		r := commit.DefaultRetention()
 		c.Retention = &r
+	}
+	if c.CompactEvery <= 0 {
+		c.CompactEvery = 10
 	}
 	c.Writer.SinkID = c.SinkID
 	return c
@@ -240,6 +252,10 @@ type Result struct {
 	// OrphansRemoved counts the files of earlier runs' uncommitted windows
 	// removed at the start (in-process coordinator only).
 	OrphansRemoved int
+	// Compactions counts the compaction rounds that rewrote files
+	// (Config.Compaction); Compacted sums what they did.
+	Compactions int
+	Compacted   commit.Compacted
 }
 
 // Resume returns the position the table holds for the sink: its last
@@ -271,12 +287,23 @@ func positionOf(cm *commit.Committer) (Position, error) {
 // epochCommitter commits an epoch's payloads for the coordinator, one
 // epoch at a time, and remembers the last position committed.
 type epochCommitter struct {
-	cm     *commit.Committer
-	retain commit.Retention
-	log    *slog.Logger
-	mu     sync.Mutex
-	pos    Position
-	n      int
+	cm           *commit.Committer
+	retain       commit.Retention
+	compact      *commit.Compaction // nil: none
+	compactEvery int
+	log          *slog.Logger
+	mu           sync.Mutex
+	pos          Position
+	n            int
+	compacted    commit.Compacted // summed over the run
+	compactions  int
+}
+
+// table returns the table as the last commit (and maintenance) left it.
+func (e *epochCommitter) table() *table.Table {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.cm.Table()
 }
 
 func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads [][]byte) error {
@@ -323,6 +350,26 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 		if _, err := e.cm.Tidy(ctx, e.retain); err != nil && e.log != nil {
 			e.log.Warn("tidying the table history", "epoch", epoch, "err", err)
 		}
+		// A compaction round runs before the writers hear of the commit:
+		// they follow it (deltawriter.Writer.Follow) before their next
+		// window resolves a position. A failure leaves the table as it was.
+		if e.compact != nil && !res.AlreadyCommitted && e.n%e.compactEvery == 0 {
+			t0 := time.Now()
+			c, err := e.cm.Compact(ctx, *e.compact)
+			switch {
+			case err != nil:
+				e.log.Warn("compacting the table", "epoch", epoch, "err", err)
+			case c.Snapshot != 0:
+				e.compactions++
+				e.compacted.RemovedDataFiles += c.RemovedDataFiles
+				e.compacted.AddedDataFiles += c.AddedDataFiles
+				e.compacted.RemovedDeleteFiles += c.RemovedDeleteFiles
+				e.compacted.BytesBefore += c.BytesBefore
+				e.compacted.BytesAfter += c.BytesAfter
+				e.log.Info("compacted the table", "epoch", epoch, "data-files-removed", c.RemovedDataFiles, "data-files-added", c.AddedDataFiles,
+					"delete-files-removed", c.RemovedDeleteFiles, "seconds", time.Since(t0).Seconds())
+			}
+		}
 	}
 	return nil
 }
@@ -343,12 +390,14 @@ func StartCoordinator(ctx context.Context, cfg Config) (c *coordinator.Coordinat
 	if err != nil {
 		return nil, nil, err
 	}
+	// Writers of other processes could not follow a compaction.
+	cfg.Compaction = nil
 	c, _, stop, err = startCoordinator(ctx, cfg, cm)
 	return c, stop, err
 }
 
 func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*coordinator.Coordinator, *epochCommitter, func() error, error) {
-	ec := &epochCommitter{cm: cm, retain: *cfg.Retention, log: cfg.Logger}
+	ec := &epochCommitter{cm: cm, retain: *cfg.Retention, log: cfg.Logger, compact: cfg.Compaction, compactEvery: cfg.CompactEvery}
 	if ec.log == nil {
 		ec.log = slog.Default()
 	}
@@ -598,6 +647,9 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 			return res, err
 		}
 		writers[i] = &writer{dw: dw, sess: sess, in: make(chan batch, 4)}
+		if cfg.Compaction != nil && ec != nil {
+			writers[i].follow = ec.table
+		}
 		for it := b.Iterator(); it.HasNext(); {
 			route[it.Next()] = i + 1
 		}
@@ -659,6 +711,9 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	}
 	if ec != nil {
 		res.Committed, res.Commits = ec.committed()
+		ec.mu.Lock()
+		res.Compactions, res.Compacted = ec.compactions, ec.compacted
+		ec.mu.Unlock()
 	} else if err := cm.Refresh(context.WithoutCancel(ctx)); err == nil {
 		// A remote coordinator committed: the table says what. ctx may be
 		// cancelled by now (a writer failed), the report is still due.
@@ -780,7 +835,10 @@ type writer struct {
 	sess     coordinator.Session
 	in       chan batch
 	inCommit bool // the last error came from Commit: its files may be recorded
-	done     bool // the final epoch is committed
+	// follow, with compaction on, returns the table after a commit: the
+	// writer's key index follows the coordinator's compactions.
+	follow func() *table.Table
+	done   bool // the final epoch is committed
 	// stats are the writer's counters as the run left them, taken by
 	// close before the deltawriter is closed: closing drops its index and
 	// with it the spill counters (Stats after Close reads no spills).
@@ -825,6 +883,11 @@ func (w *writer) run(ctx context.Context) error {
 			w.inCommit = false
 			if err := w.dw.Committed(ctx); err != nil {
 				return err
+			}
+			if w.follow != nil {
+				if err := w.dw.Follow(ctx, w.follow()); err != nil {
+					return err
+				}
 			}
 		}
 		if b.final {
@@ -893,6 +956,7 @@ func addStats(a, b deltawriter.Stats) deltawriter.Stats {
 	a.IndexRebuildRows += b.IndexRebuildRows
 	a.IndexRebuildFiles += b.IndexRebuildFiles
 	a.IndexesReused += b.IndexesReused
+	a.IndexFollowedRows += b.IndexFollowedRows
 	if b.IndexNotSaved != "" {
 		a.IndexNotSaved = b.IndexNotSaved
 	}

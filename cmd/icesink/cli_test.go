@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -532,4 +533,83 @@ func TestKeyIndexCrashPoints(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestMaintainCrashAndRerun: runs with in-sink compaction (--maintain)
+// killed with SIGKILL at random moments (during compaction rounds among
+// them) and rerun; then a one-shot `maintain` and a run that appends more
+// input on the compacted table. The table equals the stream's final state
+// at each end.
+func TestMaintainCrashAndRerun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test")
+	}
+	rng := rand.New(rand.NewPCG(31, 31))
+	in, lines := stream(t, rng, 16000, 2500)
+	schema := writeSchema(t)
+	wh := t.TempDir()
+	args := []string{"run", "--warehouse", wh, "--table", "db.t", "--schema", schema, "--input", in, "--checkpoint-rows", "500",
+		"--writers", "2", "--memory-limit", "2MiB", "--key-index-dir", t.TempDir(), "--maintain", "--compact-every", "2", "--compact-min-files", "2", "--quiet", "--stats"}
+	// The first half of the input, then the whole of it.
+	half := filepath.Join(t.TempDir(), "half.jsonl")
+	var buf bytes.Buffer
+	for _, l := range lines[:len(lines)/2] {
+		buf.Write(l)
+		buf.WriteByte('\n')
+	}
+	if err := os.WriteFile(half, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	halfArgs := slices.Clone(args)
+	halfArgs[slices.Index(halfArgs, in)] = half
+	kills := 0
+	for attempt := 0; attempt < 40; attempt++ {
+		cmd := exec.Command(binary, halfArgs...)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		if attempt < 6 {
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("run %d failed: %v\n%s", attempt, err, out.String())
+				}
+			case <-time.After(time.Duration(300+rng.IntN(1500)) * time.Millisecond):
+				cmd.Process.Signal(syscall.SIGKILL)
+				<-done
+				kills++
+				continue
+			}
+		} else if err := <-done; err != nil {
+			t.Fatalf("run %d failed: %v\n%s", attempt, err, out.String())
+		}
+		break
+	}
+	t.Logf("killed %d runs", kills)
+	check := func(n int) {
+		t.Helper()
+		if got := committedLine(t, wh); got != int64(n) {
+			t.Fatalf("committed line %d, want %d", got, n)
+		}
+		got, _, _ := icesink(t, "scan", "--warehouse", wh, "--table", "db.t")
+		if want := expectedScan(t, lines, n); got != want {
+			t.Fatalf("table after %d lines differs from the stream's final state", n)
+		}
+	}
+	check(len(lines) / 2)
+	out, errOut, code := icesink(t, "maintain", "--warehouse", wh, "--table", "db.t", "--compact-min-files", "2", "--retain-snapshots", "1")
+	if code != 0 || !strings.Contains(out, "compaction: ") {
+		t.Fatalf("maintain: exit %d\n%s%s", code, out, errOut)
+	}
+	t.Log(strings.TrimSpace(out))
+	check(len(lines) / 2)
+	out, errOut, code = icesink(t, args...)
+	if code != 0 || !strings.Contains(out, "eq-delete files / rows    0 / 0") || !strings.Contains(out, "compactions  ") {
+		t.Fatalf("the run after maintain: exit %d\n%s%s", code, out, errOut)
+	}
+	check(len(lines))
 }

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dustin/go-humanize"
+
 	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/coordinator/coordgrpc"
 	"github.com/icesink/icesink/sink"
@@ -29,6 +31,7 @@ Commands:
   run        write a changelog into a table (creating it from --schema)
   scan       print a table's live rows as JSON lines (iceberg-go's scanner)
   snapshots  list a table's snapshots with their summaries
+  maintain   compact a table's small files, expire its history, merge its manifests (one shot)
   coordinator  serve the vnode-aligned commit coordinator to writers in other processes
   bench      benchmark memory and throughput of upsert scenarios
   version    print the version of icesink and of iceberg-go it writes with
@@ -112,6 +115,8 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		err = cmdScan(ctx, args[1:], stdout, stderr)
 	case "snapshots":
 		err = cmdSnapshots(ctx, args[1:], stdout, stderr)
+	case "maintain":
+		err = cmdMaintain(ctx, args[1:], stdout, stderr)
 	case "coordinator":
 		err = cmdCoordinator(ctx, args[1:], stdout, stderr)
 	case "bench":
@@ -229,6 +234,40 @@ func (r *retentionFlags) retention() (*commit.Retention, error) {
 		return nil, fmt.Errorf("%w: --retain-snapshots, --max-manifests and --expire-older-than must not be negative", errUsage)
 	}
 	return &commit.Retention{RetainSnapshots: r.retain, OlderThan: r.olderThan, MaxDataManifests: r.maxManifests, MaxDeleteManifests: r.maxManifests}, nil
+}
+
+// compactionFlags set the sink's compaction (commit.Compaction): `run
+// --maintain` and `maintain` take them.
+type compactionFlags struct {
+	every, minFiles  int
+	maxBytes, target string
+}
+
+func (c *compactionFlags) register(fs *flag.FlagSet, run bool) {
+	d := commit.DefaultCompaction()
+	if run {
+		fs.IntVar(&c.every, "compact-every", 10, "with --maintain: a compaction round every `N` commits")
+	}
+	fs.IntVar(&c.minFiles, "compact-min-files", d.MinInputFiles, "rewrite a partition's small files once there are `N` of them")
+	fs.StringVar(&c.maxBytes, "compact-max-bytes", humanize.IBytes(uint64(d.MaxInputBytes)), "data files one compaction round reads at most (`SIZE`; a round delays the next commit)")
+	fs.StringVar(&c.target, "compact-target-size", "", "`SIZE` of the files a compaction writes (default: the table's write.target-file-size-bytes)")
+}
+
+func (c *compactionFlags) compaction() (*commit.Compaction, error) {
+	if c.minFiles < 2 {
+		return nil, fmt.Errorf("%w: --compact-min-files must be at least 2", errUsage)
+	}
+	maxBytes, err := parseSize(c.maxBytes)
+	if err != nil || maxBytes <= 0 {
+		return nil, fmt.Errorf("%w: --compact-max-bytes %q: want a positive size such as 256MiB", errUsage, c.maxBytes)
+	}
+	var target int64
+	if c.target != "" {
+		if target, err = parseSize(c.target); err != nil || target <= 0 {
+			return nil, fmt.Errorf("%w: --compact-target-size %q: want a positive size such as 128MiB", errUsage, c.target)
+		}
+	}
+	return &commit.Compaction{MinInputFiles: c.minFiles, MaxInputBytes: maxBytes, TargetFileSize: target}, nil
 }
 
 // timeoutFlags bound the coordinator's waits (sink.Timeouts): `run` (its

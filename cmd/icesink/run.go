@@ -81,6 +81,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	keyIndexDir := fs.String("key-index-dir", "", "`DIR` where each writer keeps its key index between runs, so that a restart on an unchanged table skips the rebuild (default: SPILL-DIR/icesink-keyindex; - for none)")
 	var rf retentionFlags
 	rf.register(fs)
+	maintain := fs.Bool("maintain", false, "compact the table's small files (their deletes applied) every --compact-every commits, between epochs; the writers' key indexes follow (in-process writers only)")
+	var cf compactionFlags
+	cf.register(fs, true)
 	var tof timeoutFlags
 	tof.register(fs)
 	var secf securityFlags
@@ -221,6 +224,18 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if cfg.Writer.Failpoint, err = failpointFromEnv(); err != nil {
 		return err
 	}
+	if *maintain {
+		if *coordAddr != "" {
+			return fmt.Errorf("%w: --maintain runs in the process of the coordinator and its writers; drop it with --coordinator", errUsage)
+		}
+		if cf.every <= 0 {
+			return fmt.Errorf("%w: --compact-every must be positive", errUsage)
+		}
+		if cfg.Compaction, err = cf.compaction(); err != nil {
+			return err
+		}
+		cfg.CompactEvery = cf.every
+	}
 	if *coordAddr != "" {
 		if *writers != 1 {
 			return fmt.Errorf("%w: --coordinator runs one writer per process; drop --writers", errUsage)
@@ -269,7 +284,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			res.Commits, res.Changes, res.Line-res.Start.Line, res.Elapsed.Round(time.Millisecond), float64(res.Changes)/res.Elapsed.Seconds())
 	}
 	if *stats {
-		printStats(stdout, res.Stats, peak, limit)
+		printStats(stdout, res, peak, limit)
 	}
 	return nil
 }
@@ -392,7 +407,8 @@ func commitLog(l *slog.Logger) func(sink.Progress) {
 	}
 }
 
-func printStats(w io.Writer, s deltawriter.Stats, p peaks, limit int64) {
+func printStats(w io.Writer, res sink.Result, p peaks, limit int64) {
+	s := res.Stats
 	var b strings.Builder
 	lim := "unbounded"
 	if limit > 0 {
@@ -418,6 +434,11 @@ func printStats(w io.Writer, s deltawriter.Stats, p peaks, limit int64) {
 			fmt.Fprintf(&b, " (rebuilt: %s)", s.IndexRebuildReason)
 		}
 		b.WriteString("\n")
+	}
+	if res.Compactions > 0 {
+		c := res.Compacted
+		fmt.Fprintf(&b, "compactions               %d: %d data files into %d, %d delete files dropped, %s read, %s written\n", res.Compactions,
+			c.RemovedDataFiles, c.AddedDataFiles, c.RemovedDeleteFiles, humanize.IBytes(uint64(c.BytesBefore)), humanize.IBytes(uint64(c.BytesAfter)))
 	}
 	if s.IndexNotSaved != "" {
 		fmt.Fprintf(&b, "key index: not saved      %s\n", s.IndexNotSaved)

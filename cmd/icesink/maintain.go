@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+
+	"github.com/dustin/go-humanize"
+
+	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/warehouse"
+)
+
+// cmdMaintain compacts a table once, then expires its history and merges
+// its manifests. Run it while the sink is stopped (or use `run
+// --maintain`): a running sink's writers cannot follow it, and the sink's
+// next commit is refused as a foreign change; at its next start the sink
+// rebuilds its key indexes from the compacted table.
+func cmdMaintain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("maintain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var tf tableFlags
+	tf.register(fs)
+	sinkID := fs.String("sink-id", "icesink", "sink `ID` the compaction snapshots are marked with (icesink.maintained-by)")
+	rounds := fs.Int("rounds", 100, "at most `N` compaction rounds (each reads up to --compact-max-bytes)")
+	var cf compactionFlags
+	cf.register(fs, false)
+	var rf retentionFlags
+	rf.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := tf.check(); err != nil {
+		return err
+	}
+	if *rounds < 0 {
+		return fmt.Errorf("%w: --rounds must not be negative", errUsage)
+	}
+	policy, err := cf.compaction()
+	if err != nil {
+		return err
+	}
+	retention, err := rf.retention()
+	if err != nil {
+		return err
+	}
+	retention.CheckManifestsEvery = 1
+	ident, err := warehouse.ParseIdent(tf.table)
+	if err != nil {
+		return fmt.Errorf("%w: --table: %v", errUsage, err)
+	}
+	wh, err := warehouse.Open(ctx, tf.warehouse, warehouse.Options{CatalogURI: tf.catalogURI})
+	if err != nil {
+		return err
+	}
+	defer wh.Close()
+	cm, err := commit.NewCommitter(ctx, wh.Catalog, ident, *sinkID)
+	if err != nil {
+		return err
+	}
+	var sum commit.Compacted
+	n := 0
+	for ; n < *rounds; n++ {
+		c, err := cm.Compact(ctx, *policy)
+		if err != nil {
+			return fmt.Errorf("compaction round %d: %w", n+1, err)
+		}
+		if c.Snapshot == 0 {
+			break
+		}
+		sum.RemovedDataFiles += c.RemovedDataFiles
+		sum.AddedDataFiles += c.AddedDataFiles
+		sum.RemovedDeleteFiles += c.RemovedDeleteFiles
+		sum.BytesBefore += c.BytesBefore
+		sum.BytesAfter += c.BytesAfter
+	}
+	t, err := cm.Tidy(ctx, *retention)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "compaction: %d rounds, %d data files into %d, %d delete files dropped, %s read, %s written\n",
+		n, sum.RemovedDataFiles, sum.AddedDataFiles, sum.RemovedDeleteFiles, humanize.IBytes(uint64(sum.BytesBefore)), humanize.IBytes(uint64(sum.BytesAfter)))
+	fmt.Fprintf(stdout, "history: %d snapshots expired, %d data manifests and %d delete manifests merged\n", t.ExpiredSnapshots, t.RewrittenManifests, t.MergedDeletes)
+	return nil
+}

@@ -1,0 +1,284 @@
+package commit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/apache/iceberg-go"
+	icebergio "github.com/apache/iceberg-go/io"
+	"github.com/apache/iceberg-go/table"
+	"github.com/apache/iceberg-go/table/compaction"
+)
+
+// PropMaintainedBy marks a snapshot that a sink's own maintenance
+// committed (a compaction): its value is the sink id. Such a snapshot is
+// not one of the sink's epochs, and it moves rows: a key-indexed payload
+// whose writer did not follow it is refused like a foreign change.
+const PropMaintainedBy = "icesink.maintained-by"
+
+// Compaction is a sink's policy for rewriting its table's small data
+// files, their deletes applied, into fewer files (iceberg-go's
+// table/compaction planner and Transaction.RewriteDataFiles). A round runs
+// between two epochs and delays the next one, so it is bounded.
+type Compaction struct {
+	// TargetFileSize is the size of the files written; files under three
+	// quarters of it are candidates. 0: the table's
+	// write.target-file-size-bytes.
+	TargetFileSize int64
+	// MinInputFiles is the fewest candidate files of a partition worth a
+	// rewrite. Default 5 (iceberg-go's).
+	MinInputFiles int
+	// MaxInputBytes bounds the data files one round reads. Default 256 MiB.
+	MaxInputBytes int64
+}
+
+// DefaultCompaction is what `icesink run --maintain` uses.
+func DefaultCompaction() Compaction {
+	return Compaction{MinInputFiles: int(compaction.DefaultMinInputFiles), MaxInputBytes: 256 << 20}
+}
+
+// Compacted is what one Compact did.
+type Compacted struct {
+	Snapshot           int64 // the rewrite's snapshot (0: nothing rewritten)
+	RemovedDataFiles   int
+	AddedDataFiles     int
+	RemovedDeleteFiles int
+	BytesBefore        int64
+	BytesAfter         int64
+}
+
+// grave is a compaction's replaced files, listed by snapshots up to parent.
+type grave struct {
+	parent int64
+	paths  []string
+}
+
+// Compact rewrites the table's small data files per p, in a snapshot of its
+// own (operation replace, PropMaintainedBy). Delete files left with nothing
+// to delete go in the same snapshot. A concurrent commit that conflicts
+// fails the rewrite and leaves the table as it was (iceberg-go's
+// validation: a delete committed meanwhile against a rewritten file is
+// never lost); the next round plans again. Replaced files are removed
+// from storage once snapshot expiry (Tidy) drops the last snapshot that
+// lists them.
+func (c *Committer) Compact(ctx context.Context, p Compaction) (Compacted, error) {
+	for attempt := 0; ; attempt++ {
+		if c.stale {
+			if err := c.Refresh(ctx); err != nil {
+				return Compacted{}, err
+			}
+		}
+		out, err := c.compactOnce(ctx, p)
+		if err == nil || !Retryable(err) || attempt == 2 {
+			return out, err
+		}
+		c.stale = true // planned on a table that moved: plan again
+	}
+}
+
+func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, error) {
+	var out Compacted
+	snap := c.tbl.CurrentSnapshot()
+	if snap == nil {
+		return out, nil
+	}
+	cfg := compaction.DefaultConfig()
+	target := p.TargetFileSize
+	if target <= 0 {
+		target = int64(c.tbl.Properties().GetInt(table.WriteTargetFileSizeBytesKey, table.WriteTargetFileSizeBytesDefault))
+	}
+	cfg.TargetFileSizeBytes, cfg.MinFileSizeBytes, cfg.MaxFileSizeBytes = target, target*3/4, target*9/5
+	if p.MinInputFiles > 0 {
+		cfg.MinInputFiles = uint(p.MinInputFiles)
+	}
+	maxBytes := p.MaxInputBytes
+	if maxBytes <= 0 {
+		maxBytes = 256 << 20
+	}
+	plan, err := compaction.Analyze(ctx, c.tbl, cfg)
+	if err != nil {
+		return out, fmt.Errorf("commit: planning the compaction of %v: %w", c.ident, err)
+	}
+	var groups []table.CompactionTaskGroup
+	rewritten := map[string]struct{}{}
+	budget := maxBytes
+	for _, g := range plan.Groups {
+		var tasks []table.FileScanTask
+		var size int64
+		for _, t := range g.Tasks {
+			if sz := t.File.FileSizeBytes(); size+sz <= budget || len(tasks) < 2 {
+				tasks = append(tasks, t)
+				size += sz
+			}
+		}
+		if len(tasks) < 2 || (len(tasks) < int(cfg.MinInputFiles) && len(tasks) < len(g.Tasks)) {
+			continue // what fits is not worth a rewrite
+		}
+		for _, t := range tasks {
+			rewritten[t.File.FilePath()] = struct{}{}
+		}
+		groups = append(groups, table.CompactionTaskGroup{PartitionKey: g.PartitionKey, Tasks: tasks, TotalSizeBytes: size})
+		if budget -= size; budget <= 0 {
+			break
+		}
+	}
+	if len(groups) == 0 {
+		return out, nil
+	}
+	fsys, err := c.tbl.FS(ctx)
+	if err != nil {
+		return out, fmt.Errorf("commit: %v: %w", c.ident, err)
+	}
+	deadEq, err := compaction.CollectDeadEqualityDeletes(ctx, fsys, snap, rewritten)
+	if err != nil {
+		return out, fmt.Errorf("commit: finding the equality deletes a compaction of %v leaves dead: %w", c.ident, err)
+	}
+	deadPos, err := compaction.CollectDeadPositionDeletes(ctx, fsys, snap, rewritten)
+	if err != nil {
+		return out, fmt.Errorf("commit: finding the position deletes a compaction of %v leaves dead: %w", c.ident, err)
+	}
+
+	// The groups are executed one by one (iceberg-go's worker step) so
+	// that the files written are known: a failed rewrite removes them.
+	tx := c.tbl.NewTransaction()
+	rw := tx.NewRewrite(iceberg.Properties{PropMaintainedBy: c.sinkID, "icesink.maintain": "compact"})
+	var written []string
+	fail := func(err error) (Compacted, error) {
+		if wfs, ok := fsys.(icebergio.WriteFileIO); ok {
+			for _, p := range written {
+				if rerr := removeIfPresent(wfs, p); rerr != nil {
+					err = errors.Join(err, rerr)
+				}
+			}
+		}
+		return Compacted{}, err
+	}
+	staged := map[string]struct{}{}
+	for _, g := range groups {
+		gr, err := table.ExecuteCompactionGroup(ctx, c.tbl, g, table.WithCompactionTargetFileSize(target), table.WithCompactionScanConcurrency(1))
+		for _, df := range gr.NewDataFiles {
+			written = append(written, df.FilePath())
+		}
+		if err != nil {
+			return fail(fmt.Errorf("commit: compacting %v: %w", c.ident, err))
+		}
+		if len(gr.OldDataFiles) == 0 && len(gr.NewDataFiles) == 0 {
+			continue
+		}
+		rw.ApplyResult(gr)
+		out.RemovedDataFiles += len(gr.OldDataFiles)
+		out.AddedDataFiles += len(gr.NewDataFiles)
+		out.BytesBefore += gr.BytesBefore
+		out.BytesAfter += gr.BytesAfter
+		for _, df := range append(gr.SafePosDeletes, gr.SafeDeletionVectors...) {
+			staged[df.FilePath()] = struct{}{}
+			out.RemovedDeleteFiles++
+		}
+	}
+	if out.RemovedDataFiles == 0 {
+		return fail(nil)
+	}
+	for _, df := range append(deadEq, deadPos...) {
+		if _, ok := staged[df.FilePath()]; !ok {
+			staged[df.FilePath()] = struct{}{}
+			rw.DeleteFile(df)
+			out.RemovedDeleteFiles++
+		}
+	}
+	if err := rw.Commit(ctx); err != nil {
+		return fail(fmt.Errorf("commit: staging the compaction of %v: %w", c.ident, err))
+	}
+	tbl, err := tx.Commit(ctx)
+	if err != nil {
+		c.stale = true
+		if Retryable(err) {
+			return fail(fmt.Errorf("commit: committing the compaction of %v: %w", c.ident, err))
+		}
+		// The outcome is unknown: the files may be in the table.
+		return Compacted{}, fmt.Errorf("commit: committing the compaction of %v: %w", c.ident, err)
+	}
+	// The files no longer listed by the new snapshot are still listed by
+	// its parent: they go when that expires.
+	gone, err := unlisted(ctx, fsys, snap, tbl.CurrentSnapshot())
+	if err != nil {
+		return out, err
+	}
+	c.graves = append(c.graves, grave{parent: snap.SnapshotID, paths: gone})
+	c.adopt(ctx, tbl)
+	out.Snapshot = c.tbl.CurrentSnapshot().SnapshotID
+	return out, nil
+}
+
+// unlisted returns the data and delete files before lists and after does
+// not.
+func unlisted(ctx context.Context, fsys icebergio.IO, before, after *table.Snapshot) ([]string, error) {
+	list := func(s *table.Snapshot) (map[string]struct{}, error) {
+		files := map[string]struct{}{}
+		mans, err := s.Manifests(fsys)
+		if err != nil {
+			return nil, fmt.Errorf("commit: reading the manifest list of snapshot %d: %w", s.SnapshotID, err)
+		}
+		for _, m := range mans {
+			entries, err := m.FetchEntries(fsys, true)
+			if err != nil {
+				return nil, fmt.Errorf("commit: reading manifest %s: %w", m.FilePath(), err)
+			}
+			for _, e := range entries {
+				files[e.DataFile().FilePath()] = struct{}{}
+			}
+		}
+		return files, nil
+	}
+	was, err := list(before)
+	if err != nil {
+		return nil, err
+	}
+	now, err := list(after)
+	if err != nil {
+		return nil, err
+	}
+	var gone []string
+	for p := range was {
+		if _, ok := now[p]; !ok {
+			gone = append(gone, p)
+		}
+	}
+	slices.Sort(gone)
+	return gone, nil
+}
+
+// bury removes the files of the compactions whose parent snapshot the
+// table no longer has (expired: no snapshot lists them any more).
+func (c *Committer) bury(ctx context.Context) error {
+	if len(c.graves) == 0 {
+		return nil
+	}
+	fsys, err := c.tbl.FS(ctx)
+	if err != nil {
+		return err
+	}
+	wfs, ok := fsys.(icebergio.WriteFileIO)
+	if !ok {
+		return nil
+	}
+	meta := c.tbl.Metadata()
+	var keep []grave
+	var errs []error
+	for _, g := range c.graves {
+		if meta.SnapshotByID(g.parent) != nil {
+			keep = append(keep, g)
+			continue
+		}
+		for i, p := range g.paths {
+			if err := removeIfPresent(wfs, p); err != nil {
+				errs = append(errs, fmt.Errorf("commit: removing %s, which a compaction replaced: %w", p, err))
+				keep = append(keep, grave{parent: g.parent, paths: g.paths[i:]})
+				break
+			}
+		}
+	}
+	c.graves = keep
+	return errors.Join(errs...)
+}

@@ -1,0 +1,147 @@
+package deltawriter_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/deltawriter"
+)
+
+// TestKeyIndexFollowsCompaction: the sink's own compactions run between
+// commits (small files rewritten with their deletes applied) and the
+// writer's key index follows the moved rows (Follow), so later updates and
+// deletes of keys in compacted files delete the right rows. The table
+// reads back as the model, has fewer files than without compaction, and
+// no equality delete. A writer that does not follow is refused.
+func TestKeyIndexFollowsCompaction(t *testing.T) {
+	for _, version := range []int{2, 3} {
+		for _, limit := range []int64{0, 256 << 10} {
+			t.Run(fmt.Sprint("v", version, "/limit", limit), func(t *testing.T) {
+				testFollowCompaction(t, version, limit)
+			})
+		}
+	}
+}
+
+func testFollowCompaction(t *testing.T, version int, limit int64) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, uint64(limit)+uint64(version)))
+	e := newEnvVersion(t, simpleSchema, nil, version)
+	m := newModel(t, simpleSchema)
+	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, MemoryLimit: limit, SpillDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	const commits, per = 40, 150
+	stream := randomStream(rng, commits*per, 1200)
+	var compacted commit.Compacted
+	for c := 0; c < commits; c++ {
+		for _, ch := range stream[c*per : (c+1)*per] {
+			if err := w.Write(ctx, ch); err != nil {
+				t.Fatal(err)
+			}
+			m.apply(ch)
+		}
+		e.commitWindow(w, uint64(c+1))
+		if c%8 == 7 {
+			res, err := e.cm.Compact(ctx, commit.Compaction{MinInputFiles: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			compacted.RemovedDataFiles += res.RemovedDataFiles
+			compacted.RemovedDeleteFiles += res.RemovedDeleteFiles
+			e.tbl = e.cm.Table()
+			m.check(t, e.tbl)
+			if err := w.Follow(ctx, e.tbl); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	m.check(t, e.tbl)
+	checkNoEqualityDeletes(t, w)
+	st := w.Stats()
+	if compacted.RemovedDataFiles == 0 || compacted.RemovedDeleteFiles == 0 || st.IndexFollowedRows == 0 || st.OldRowsDeleted == 0 {
+		t.Fatalf("compactions removed %d data and %d delete files; the index followed %d rows; %d old rows deleted: want all > 0",
+			compacted.RemovedDataFiles, compacted.RemovedDeleteFiles, st.IndexFollowedRows, st.OldRowsDeleted)
+	}
+	tasks, err := e.tbl.Scan().PlanFiles(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tasks) >= commits {
+		t.Errorf("%d data files after %d commits with compactions", len(tasks), commits)
+	}
+	t.Logf("removed %d data and %d delete files; %d data files left; followed %d rows", compacted.RemovedDataFiles, compacted.RemovedDeleteFiles, len(tasks), st.IndexFollowedRows)
+
+	// A compaction the writer does not follow: its next commit is refused.
+	for c := 0; c < 3; c++ {
+		for _, ch := range stream[c*per : (c+1)*per] {
+			if err := w.Write(ctx, ch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if c < 2 {
+			e.commitWindow(w, uint64(commits+1+c))
+		}
+	}
+	if res, err := e.cm.Compact(ctx, commit.Compaction{MinInputFiles: 2}); err != nil || res.RemovedDataFiles == 0 {
+		t.Fatalf("compaction: %+v %v", res, err)
+	}
+	p, err := w.PrepareCommit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cm.Commit(ctx, commits+3, []commit.Payload{p}, nil); !errors.Is(err, commit.ErrForeignChange) {
+		t.Fatalf("a window resolved before a compaction it did not follow: %v, want ErrForeignChange", err)
+	}
+}
+
+// TestCompactionRacingCommit: a compaction planned on a table that a sink
+// commit changed meanwhile (deletes of rows in files it rewrites) does not
+// lose the deletes: the table reads back as the model either way.
+func TestCompactionRacingCommit(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(5, 5))
+	e := newEnv(t, simpleSchema, nil)
+	m := newModel(t, simpleSchema)
+	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	stream := randomStream(rng, 12*200, 600)
+	for c := 0; c < 10; c++ {
+		for _, ch := range stream[c*200 : (c+1)*200] {
+			w.Write(ctx, ch)
+			m.apply(ch)
+		}
+		e.commitWindow(w, uint64(c+1))
+	}
+	// The maintenance committer loads the table now.
+	maint, err := commit.NewCommitter(ctx, e.wh.Catalog, e.tbl.Identifier(), "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The sink commits deletes and updates of old rows meanwhile.
+	for _, ch := range stream[10*200 : 11*200] {
+		w.Write(ctx, ch)
+		m.apply(ch)
+	}
+	e.commitWindow(w, 11)
+	// iceberg-go refuses the rewrite planned on the older table; Compact
+	// plans again on the current one.
+	res, err := maint.Compact(ctx, commit.Compaction{MinInputFiles: 2})
+	if err != nil || res.RemovedDataFiles == 0 {
+		t.Fatalf("the compaction racing a commit: %+v %v", res, err)
+	}
+	tbl, err := e.wh.Catalog.LoadTable(ctx, e.tbl.Identifier())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.check(t, tbl)
+}
