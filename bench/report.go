@@ -55,14 +55,14 @@ func WriteMarkdown(w io.Writer, r *Results) error {
 }
 
 func writeTable(b *strings.Builder, r *Results) {
-	b.WriteString("| scenario | rows/s median (min–max) | rows/CPU-s | peak RSS | peak Go heap | peak accounted | spilled (runs) | files data/pos/eq | eq-delete rows | scan s | scan rows/s |\n")
-	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| scenario | rows/s median (min–max) | rows/CPU-s | peak RSS | peak Go heap | peak accounted | spilled (runs) | files data/pos/eq | live files data/del | eq-delete rows | scan s | scan rows/s |\n")
+	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for i := range r.Scenarios {
 		s := &r.Scenarios[i]
 		m := s.medianRun()
 		sm := s.Summary
 		dash := "–"
-		acc, spill, files, eqRows, scanS, scanR := dash, dash, dash, dash, dash, dash
+		acc, spill, files, live, eqRows, scanS, scanR := dash, dash, dash, dash, dash, dash, dash
 		if s.Kind.writes() {
 			acc = mib(sm.PeakAccounted.Median)
 			spill = fmt.Sprintf("%s (%.0f)", mib(sm.BytesSpilled.Median), sm.Spills.Median)
@@ -71,6 +71,7 @@ func writeTable(b *strings.Builder, r *Results) {
 			files = fmt.Sprintf("%d/%d/%d", m.Data.Files, m.PositionDeletes.Files, m.EqualityDeletes.Files)
 			if s.Kind.writes() {
 				eqRows = fmt.Sprint(m.EqualityDeletes.Rows)
+				live = fmt.Sprintf("%d/%d", m.LiveDataFiles, m.LiveDeleteFiles)
 			}
 		}
 		if sm.ScanSeconds.N > 0 {
@@ -81,9 +82,9 @@ func writeTable(b *strings.Builder, r *Results) {
 		if sm.RowsPerCPUSec.Median > 0 {
 			cpu = rate(sm.RowsPerCPUSec.Median)
 		}
-		fmt.Fprintf(b, "| %s | %s (%s–%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(b, "| %s | %s (%s–%s) | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			s.Name, rate(sm.RowsPerSec.Median), rate(sm.RowsPerSec.Min), rate(sm.RowsPerSec.Max), cpu,
-			mib(sm.PeakRSS.Median), mib(sm.PeakHeap.Median), acc, spill, files, eqRows, scanS, scanR)
+			mib(sm.PeakRSS.Median), mib(sm.PeakHeap.Median), acc, spill, files, live, eqRows, scanS, scanR)
 	}
 }
 

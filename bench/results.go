@@ -114,6 +114,12 @@ type RunResult struct {
 	EqualityDeletes Files `json:"equality_deletes"` // equality-delete files
 	// Commits is the number of snapshots the run committed.
 	Commits int `json:"commits"`
+	// TableCompactions counts the compaction rounds that rewrote files
+	// (Options.CompactEvery); LiveDataFiles and LiveDeleteFiles are what
+	// the final snapshot holds.
+	TableCompactions int `json:"table_compactions,omitempty"`
+	LiveDataFiles    int `json:"live_data_files"`
+	LiveDeleteFiles  int `json:"live_delete_files"`
 	// Scan is the cost of reading the table back (not for the floor).
 	Scan *ScanResult `json:"scan,omitempty"`
 	// Rebuild is the cost of rebuilding the key index from the committed
@@ -249,6 +255,7 @@ type Config struct {
 	CommitEvery    int64         `json:"commit_every"`               // Options.CommitEvery
 	TargetFileSize int64         `json:"target_file_size,omitempty"` // Options.TargetFileSize
 	RewriteDeleted float64       `json:"rewrite_deleted,omitempty"`  // Options.RewriteDeleted
+	CompactEvery   int           `json:"compact_every,omitempty"`    // Options.CompactEvery
 	SampleInterval string        `json:"sample_interval"`            // Options.SampleInterval
 	GoMemoryLimit  string        `json:"go_memory_limit,omitempty"`  // the soft limit set, if any
 }

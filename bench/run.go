@@ -40,6 +40,10 @@ type Options struct {
 	// FormatVersion is the Iceberg format of the runs' tables: 2 (the
 	// default) or 3 (deletion vectors).
 	FormatVersion int
+	// CompactEvery, if > 0, has the writer scenarios compact their table
+	// every so many commits (commit.Committer.Compact with MinInputFiles
+	// 2; the key index follows), as `icesink run --maintain` does.
+	CompactEvery int
 	// WorkDir holds a fresh folder per run (warehouse, spill runs, the
 	// floor's file), removed after the run unless Keep. Default: the OS
 	// temp dir.
@@ -334,6 +338,7 @@ func configOf(o Options) Config {
 		CommitEvery:    o.CommitEvery,
 		TargetFileSize: o.TargetFileSize,
 		RewriteDeleted: o.RewriteDeleted,
+		CompactEvery:   o.CompactEvery,
 		SampleInterval: o.SampleInterval.String(),
 	}
 	for _, s := range o.Scenarios {

@@ -92,6 +92,20 @@ func runWriter(ctx context.Context, e *runEnv) (err error) {
 		if !cr.Empty {
 			e.res.Commits++
 		}
+		if n := e.opts.CompactEvery; n > 0 && !cr.Empty && e.res.Commits%n == 0 {
+			pol := commit.DefaultCompaction()
+			pol.MinInputFiles = 2
+			c, err := cm.Compact(ctx, pol)
+			if err != nil {
+				return err
+			}
+			if c.Snapshot != 0 {
+				e.res.TableCompactions++
+			}
+			if err := w.Follow(ctx, cm.Table()); err != nil {
+				return err
+			}
+		}
 		return nil
 	}
 
@@ -139,6 +153,16 @@ func runWriter(ctx context.Context, e *runEnv) (err error) {
 	e.res.Seconds = elapsed.Seconds()
 	applyStats(e.res, w.Stats())
 
+	if tasks, err := cm.Table().Scan().PlanFiles(ctx); err == nil {
+		e.res.LiveDataFiles = len(tasks)
+		del := map[string]bool{}
+		for _, t := range tasks {
+			for _, d := range append(append(t.DeleteFiles, t.EqualityDeleteFiles...), t.DeletionVectorFiles...) {
+				del[d.FilePath()] = true
+			}
+		}
+		e.res.LiveDeleteFiles = len(del)
+	}
 	e.pr.phase("scan", 0)
 	if e.res.Scan, err = scanTable(ctx, cm.Table()); err != nil {
 		return err

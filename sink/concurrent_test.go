@@ -547,7 +547,9 @@ func TestKeyIndexesKeptBetweenRuns(t *testing.T) {
 // rebuilds (the saved indexes predate nothing: they follow) and stays
 // exact.
 func TestCompactionInSinkAgainstModel(t *testing.T) {
-	for _, version := range []int{2, 3} {
+	// (Format v3's deletion vectors through compactions: the deltawriter
+	// test.)
+	for _, version := range []int{2} {
 		t.Run(fmt.Sprint("v", version), func(t *testing.T) {
 			ctx := context.Background()
 			wh, ident := newWarehouse(t)

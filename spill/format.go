@@ -74,10 +74,11 @@ import (
 //	    52    4  CRC32C of bytes [0, 52)
 //	    56    8  magic "icespill"
 //
-// Runs are scratch files of one process: nothing outside the writing process
-// reads them. The version still exists so that a reader never misreads a file
-// from a different build, and so that changing the layout is a deliberate act
-// (with a new version and a new golden test) rather than an accident.
+// Most runs are scratch files of one process. A key index's runs outlive
+// it (OpenSetIn): the next run of the sink, possibly another build, opens
+// them, checks this footer (magic, version, checksum) and rebuilds the
+// index from the table if they do not pass. Changing the layout is a
+// deliberate act, with a new version and a new golden test.
 
 // FormatVersion numbers the run file layout. Its values are written to disk
 // and are durable: never renumber or reuse one.

@@ -91,6 +91,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs.Var(countValue{&commitEvery}, "commit-every", "commit the window every `N` changes (0: one window for the whole stream)")
 	targetFile := fs.String("target-file-size", "", "writer's data-file `SIZE` (default: the table's, 512MiB)")
 	formatVersion := fs.Int("format-version", 2, "Iceberg format `VERSION` of the runs' tables: 2 or 3 (deletion vectors)")
+	compactEvery := fs.Int("compact-every", 0, "writer scenarios compact their table every `N` commits, the key index following (as run --maintain; 0: never)")
 	rewrite := fs.Float64("rewrite-deleted", 0, "writers rewrite at commit each data file of which this `SHARE` of rows was deleted in the window (0: never)")
 	workDir := fs.String("work-dir", "", "`DIR` for the runs' warehouses and spill files (default: the OS temp dir)")
 	keep := fs.Bool("keep", false, "keep each run's folder")
@@ -130,6 +131,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		Keep:           *keep,
 		SampleInterval: *interval,
 		RewriteDeleted: *rewrite,
+		CompactEvery:   *compactEvery,
 		FormatVersion:  *formatVersion,
 		CommandLine:    "icesink bench " + strings.Join(args, " "),
 	}
