@@ -75,7 +75,25 @@ func runWriter(ctx context.Context, e *runEnv) (err error) {
 
 	var changes, window int64
 	var epoch uint64
+	// A compaction round runs in the background while the writer writes
+	// the next window, and the writer follows it before the window's
+	// PrepareCommit, as in the sink (`run --maintain`).
+	var compacting chan error
+	follow := func() error {
+		if compacting == nil {
+			return nil
+		}
+		err := <-compacting
+		compacting = nil
+		if err != nil {
+			return err
+		}
+		return w.Follow(ctx, cm.Table())
+	}
 	commitWindow := func() error {
+		if err := follow(); err != nil {
+			return err
+		}
 		p, err := w.PrepareCommit(ctx)
 		if err != nil {
 			return err
@@ -93,18 +111,16 @@ func runWriter(ctx context.Context, e *runEnv) (err error) {
 			e.res.Commits++
 		}
 		if n := e.opts.CompactEvery; n > 0 && !cr.Empty && e.res.Commits%n == 0 {
-			pol := commit.DefaultCompaction()
-			pol.MinInputFiles = 2
-			c, err := cm.Compact(ctx, pol)
-			if err != nil {
-				return err
-			}
-			if c.Snapshot != 0 {
-				e.res.TableCompactions++
-			}
-			if err := w.Follow(ctx, cm.Table()); err != nil {
-				return err
-			}
+			compacting = make(chan error, 1)
+			go func(done chan<- error) {
+				pol := commit.DefaultCompaction()
+				pol.MinInputFiles = 2
+				c, err := cm.Compact(ctx, pol)
+				if err == nil && c.Snapshot != 0 {
+					e.res.TableCompactions++
+				}
+				done <- err
+			}(compacting)
 		}
 		return nil
 	}
@@ -145,6 +161,9 @@ func runWriter(ctx context.Context, e *runEnv) (err error) {
 	}
 	e.pr.phase("commit", 0)
 	if err := commitWindow(); err != nil {
+		return err
+	}
+	if err := follow(); err != nil {
 		return err
 	}
 	elapsed := time.Since(began) - gen

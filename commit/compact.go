@@ -1,6 +1,7 @@
 package commit
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -105,16 +106,9 @@ func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, e
 	rewritten := map[string]struct{}{}
 	budget := maxBytes
 	for _, g := range plan.Groups {
-		var tasks []table.FileScanTask
-		var size int64
-		for _, t := range g.Tasks {
-			if sz := t.File.FileSizeBytes(); size+sz <= budget || len(tasks) < 2 {
-				tasks = append(tasks, t)
-				size += sz
-			}
-		}
-		if len(tasks) < 2 || (len(tasks) < int(cfg.MinInputFiles) && len(tasks) < len(g.Tasks)) {
-			continue // what fits is not worth a rewrite
+		tasks, size := tiered(g.Tasks, budget, cfg.DeleteFileThreshold)
+		if len(tasks) < max(2, int(cfg.MinInputFiles)) {
+			continue // not worth a rewrite yet
 		}
 		for _, t := range tasks {
 			rewritten[t.File.FilePath()] = struct{}{}
@@ -209,6 +203,35 @@ func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, e
 	c.adopt(ctx, tbl)
 	out.Snapshot = c.tbl.CurrentSnapshot().SnapshotID
 	return out, nil
+}
+
+// tiered picks the files of a planned group one round rewrites, smallest
+// first: a file joins while it is at most twice the size of those picked
+// before it (so a file is rewritten again only once the files merged into
+// it have grown to its size: each row is rewritten O(log) times, not once
+// per round as re-reading the group's one big file would), and within
+// budget bytes. A file with at least deleteFiles delete files joins
+// whatever its size: its deletes go with it.
+func tiered(tasks []table.FileScanTask, budget int64, deleteFiles int) ([]table.FileScanTask, int64) {
+	tasks = slices.Clone(tasks)
+	slices.SortFunc(tasks, func(a, b table.FileScanTask) int {
+		return cmp.Compare(a.File.FileSizeBytes(), b.File.FileSizeBytes())
+	})
+	var picked []table.FileScanTask
+	var size int64
+	for _, t := range tasks {
+		sz := t.File.FileSizeBytes()
+		deletes := len(t.DeleteFiles) + len(t.EqualityDeleteFiles) + len(t.DeletionVectorFiles)
+		if size+sz > budget && len(picked) >= 2 {
+			break
+		}
+		if len(picked) > 0 && sz > 2*size && deletes < deleteFiles {
+			continue
+		}
+		picked = append(picked, t)
+		size += sz
+	}
+	return picked, size
 }
 
 // unlisted returns the data and delete files before lists and after does

@@ -297,16 +297,60 @@ type epochCommitter struct {
 	n            int
 	compacted    commit.Compacted // summed over the run
 	compactions  int
+	// runCtx is the run's: a compaction round runs in the background
+	// under it. maint, when not nil, is closed when that round ends.
+	runCtx context.Context
+	maint  chan struct{}
 }
 
-// table returns the table as the last commit (and maintenance) left it.
+// waitMaintenance returns once no compaction round is running.
+func (e *epochCommitter) waitMaintenance() {
+	e.mu.Lock()
+	ch := e.maint
+	e.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
+}
+
+// table returns the table as the last commit and the compaction round
+// after it (waited for) left it.
 func (e *epochCommitter) table() *table.Table {
+	e.waitMaintenance()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.cm.Table()
 }
 
+// compactRound runs one compaction round in the background; the next
+// CommitEpoch and table() wait for it. Called with e.mu held.
+func (e *epochCommitter) compactRound(epoch uint64) {
+	ch := make(chan struct{})
+	e.maint = ch
+	go func() {
+		defer close(ch)
+		t0 := time.Now()
+		c, err := e.cm.Compact(e.runCtx, *e.compact)
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		switch {
+		case err != nil:
+			e.log.Warn("compacting the table", "after-epoch", epoch, "err", err)
+		case c.Snapshot != 0:
+			e.compactions++
+			e.compacted.RemovedDataFiles += c.RemovedDataFiles
+			e.compacted.AddedDataFiles += c.AddedDataFiles
+			e.compacted.RemovedDeleteFiles += c.RemovedDeleteFiles
+			e.compacted.BytesBefore += c.BytesBefore
+			e.compacted.BytesAfter += c.BytesAfter
+			e.log.Info("compacted the table", "after-epoch", epoch, "data-files-removed", c.RemovedDataFiles, "data-files-added", c.AddedDataFiles,
+				"delete-files-removed", c.RemovedDeleteFiles, "seconds", time.Since(t0).Seconds())
+		}
+	}()
+}
+
 func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads [][]byte) error {
+	e.waitMaintenance()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	ps := make([]commit.Payload, 0, len(payloads))
@@ -350,25 +394,13 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 		if _, err := e.cm.Tidy(ctx, e.retain); err != nil && e.log != nil {
 			e.log.Warn("tidying the table history", "epoch", epoch, "err", err)
 		}
-		// A compaction round runs before the writers hear of the commit:
-		// they follow it (deltawriter.Writer.Follow) before their next
-		// window resolves a position. A failure leaves the table as it was.
+		// A compaction round starts in the background: the writers keep
+		// writing the next window, and each follows the round
+		// (deltawriter.Writer.Follow, waiting for it) before it resolves
+		// that window's positions; the next epoch's commit waits for it
+		// too. A failure leaves the table as it was.
 		if e.compact != nil && !res.AlreadyCommitted && e.n%e.compactEvery == 0 {
-			t0 := time.Now()
-			c, err := e.cm.Compact(ctx, *e.compact)
-			switch {
-			case err != nil:
-				e.log.Warn("compacting the table", "epoch", epoch, "err", err)
-			case c.Snapshot != 0:
-				e.compactions++
-				e.compacted.RemovedDataFiles += c.RemovedDataFiles
-				e.compacted.AddedDataFiles += c.AddedDataFiles
-				e.compacted.RemovedDeleteFiles += c.RemovedDeleteFiles
-				e.compacted.BytesBefore += c.BytesBefore
-				e.compacted.BytesAfter += c.BytesAfter
-				e.log.Info("compacted the table", "epoch", epoch, "data-files-removed", c.RemovedDataFiles, "data-files-added", c.AddedDataFiles,
-					"delete-files-removed", c.RemovedDeleteFiles, "seconds", time.Since(t0).Seconds())
-			}
+			e.compactRound(epoch)
 		}
 	}
 	return nil
@@ -397,7 +429,7 @@ func StartCoordinator(ctx context.Context, cfg Config) (c *coordinator.Coordinat
 }
 
 func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*coordinator.Coordinator, *epochCommitter, func() error, error) {
-	ec := &epochCommitter{cm: cm, retain: *cfg.Retention, log: cfg.Logger, compact: cfg.Compaction, compactEvery: cfg.CompactEvery}
+	ec := &epochCommitter{cm: cm, retain: *cfg.Retention, log: cfg.Logger, compact: cfg.Compaction, compactEvery: cfg.CompactEvery, runCtx: ctx}
 	if ec.log == nil {
 		ec.log = slog.Default()
 	}
@@ -580,6 +612,7 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 			return res, err
 		}
 		defer func() { err = errors.Join(err, stop()) }()
+		defer ec.waitMaintenance() // a compaction round still running
 		connect = coord.Connect
 		if bitmaps, err = coordinator.SplitVnodes(cfg.Vnodes, cfg.Writers); err != nil {
 			return res, err
@@ -863,6 +896,13 @@ func (w *writer) run(ctx context.Context) error {
 			return fmt.Errorf("checkpoint of epoch %d: %w", b.epoch, err)
 		}
 		if commitNow {
+			if w.follow != nil {
+				// The window's positions are resolved on the table as the
+				// last compaction round left it.
+				if err := w.dw.Follow(ctx, w.follow()); err != nil {
+					return err
+				}
+			}
 			p, err := w.dw.PrepareCommit(ctx)
 			if err != nil {
 				return err
@@ -884,11 +924,6 @@ func (w *writer) run(ctx context.Context) error {
 			if err := w.dw.Committed(ctx); err != nil {
 				return err
 			}
-			if w.follow != nil {
-				if err := w.dw.Follow(ctx, w.follow()); err != nil {
-					return err
-				}
-			}
 		}
 		if b.final {
 			w.done = true
@@ -904,7 +939,12 @@ func (w *writer) close(ctx context.Context, failed bool) error {
 	// vnodes: no commit can have touched them since its last Committed.
 	// A stop by signal saves it too (a quick restart is what it is for).
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-	_, kerr := w.dw.SaveKeyIndex(sctx)
+	var kerr error
+	if w.follow != nil && !failed {
+		kerr = w.dw.Follow(sctx, w.follow()) // the last round: saved with the index
+	}
+	_, serr0 := w.dw.SaveKeyIndex(sctx)
+	kerr = errors.Join(kerr, serr0)
 	cancel()
 	w.stats = w.dw.Stats()
 	serr := w.sess.Close()
