@@ -55,7 +55,7 @@ func WriteMarkdown(w io.Writer, r *Results) error {
 }
 
 func writeTable(b *strings.Builder, r *Results) {
-	b.WriteString("| scenario | rows/s median (min–max) | rows/CPU-s | peak RSS | peak Go heap | peak accounted | spilled (runs) | files data/pos/eq | live files data/del | eq-delete rows | scan s | scan rows/s |\n")
+	b.WriteString("| scenario | rows/s median (min–max) | rows/CPU-s | peak RSS | peak Go heap | peak accounted | spilled (runs) | files data/pos/eq | live files data/del/manifests | eq-delete rows | scan s | scan rows/s |\n")
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for i := range r.Scenarios {
 		s := &r.Scenarios[i]
@@ -71,7 +71,7 @@ func writeTable(b *strings.Builder, r *Results) {
 			files = fmt.Sprintf("%d/%d/%d", m.Data.Files, m.PositionDeletes.Files, m.EqualityDeletes.Files)
 			if s.Kind.writes() {
 				eqRows = fmt.Sprint(m.EqualityDeletes.Rows)
-				live = fmt.Sprintf("%d/%d", m.LiveDataFiles, m.LiveDeleteFiles)
+				live = fmt.Sprintf("%d/%d/%d", m.LiveDataFiles, m.LiveDeleteFiles, m.LiveManifests)
 			}
 		}
 		if sm.ScanSeconds.N > 0 {

@@ -115,10 +115,11 @@ type RunResult struct {
 	// Commits is the number of snapshots the run committed.
 	Commits int `json:"commits"`
 	// TableCompactions counts the compaction rounds that rewrote files
-	// (Options.CompactEvery); LiveDataFiles and LiveDeleteFiles are what
-	// the final snapshot holds.
+	// (Options.CompactEvery); LiveDataFiles, LiveManifests and
+	// LiveDeleteFiles are what the final snapshot holds.
 	TableCompactions int `json:"table_compactions,omitempty"`
 	LiveDataFiles    int `json:"live_data_files"`
+	LiveManifests    int `json:"live_manifests"`
 	LiveDeleteFiles  int `json:"live_delete_files"`
 	// Scan is the cost of reading the table back (not for the floor).
 	Scan *ScanResult `json:"scan,omitempty"`

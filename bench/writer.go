@@ -109,6 +109,10 @@ func runWriter(ctx context.Context, e *runEnv) (err error) {
 		}
 		if !cr.Empty {
 			e.res.Commits++
+			// The sink's default history bounds, as after its commits.
+			if _, err := cm.Tidy(ctx, commit.DefaultRetention()); err != nil {
+				return err
+			}
 		}
 		if n := e.opts.CompactEvery; n > 0 && !cr.Empty && e.res.Commits%n == 0 {
 			compacting = make(chan error, 1)
@@ -181,6 +185,13 @@ func runWriter(ctx context.Context, e *runEnv) (err error) {
 			}
 		}
 		e.res.LiveDeleteFiles = len(del)
+	}
+	if snap := cm.Table().CurrentSnapshot(); snap != nil {
+		if fsys, err := cm.Table().FS(ctx); err == nil {
+			if mans, err := snap.Manifests(fsys); err == nil {
+				e.res.LiveManifests = len(mans)
+			}
+		}
 	}
 	e.pr.phase("scan", 0)
 	if e.res.Scan, err = scanTable(ctx, cm.Table()); err != nil {

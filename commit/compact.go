@@ -149,6 +149,10 @@ func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, e
 		}
 		return Compacted{}, err
 	}
+	dead := map[string]struct{}{}
+	for _, df := range deadPos {
+		dead[df.FilePath()] = struct{}{}
+	}
 	staged := map[string]struct{}{}
 	for _, g := range groups {
 		gr, err := table.ExecuteCompactionGroup(ctx, c.tbl, g, table.WithCompactionTargetFileSize(target), table.WithCompactionScanConcurrency(1))
@@ -161,6 +165,15 @@ func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, e
 		if len(gr.OldDataFiles) == 0 && len(gr.NewDataFiles) == 0 {
 			continue
 		}
+		// iceberg-go v0.7.0 counts as safe every position-delete file
+		// attached to a rewritten file, also one that deletes rows of
+		// files the round keeps (a writer's delete file spans files):
+		// removing it would bring those rows back. Only the ones the
+		// whole-rewrite check found dead go.
+		gr.SafePosDeletes = slices.DeleteFunc(gr.SafePosDeletes, func(df iceberg.DataFile) bool {
+			_, ok := dead[df.FilePath()]
+			return !ok
+		})
 		rw.ApplyResult(gr)
 		out.RemovedDataFiles += len(gr.OldDataFiles)
 		out.AddedDataFiles += len(gr.NewDataFiles)

@@ -7,8 +7,11 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"github.com/apache/iceberg-go/table"
+
 	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/internal/tablelint"
 )
 
 // TestKeyIndexFollowsCompaction: the sink's own compactions run between
@@ -49,6 +52,7 @@ func testFollowCompaction(t *testing.T, version int, limit int64) {
 		}
 		e.commitWindow(w, uint64(c+1))
 		if c%8 == 7 {
+			lint(t, e.tbl)
 			res, err := e.cm.Compact(ctx, commit.Compaction{MinInputFiles: 4})
 			if err != nil {
 				t.Fatal(err)
@@ -57,12 +61,14 @@ func testFollowCompaction(t *testing.T, version int, limit int64) {
 			compacted.RemovedDeleteFiles += res.RemovedDeleteFiles
 			e.tbl = e.cm.Table()
 			m.check(t, e.tbl)
+			lint(t, e.tbl)
 			if err := w.Follow(ctx, e.tbl); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
 	m.check(t, e.tbl)
+	lint(t, e.tbl)
 	checkNoEqualityDeletes(t, w)
 	st := w.Stats()
 	if compacted.RemovedDataFiles == 0 || compacted.RemovedDeleteFiles == 0 || st.IndexFollowedRows == 0 || st.OldRowsDeleted == 0 {
@@ -144,4 +150,76 @@ func TestCompactionRacingCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.check(t, tbl)
+	lint(t, tbl)
+}
+
+// lint fails t when tablelint finds a problem in tbl's current snapshot.
+func lint(t *testing.T, tbl *table.Table) {
+	t.Helper()
+	r, err := tablelint.Lint(context.Background(), tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Err(); err != nil {
+		t.Fatalf("table lint: %v", err)
+	}
+}
+
+// TestCompactionKeepsDeletesOfKeptFiles: a round that rewrites only the
+// small files (the big one of an earlier round stays: size-tiered) must
+// keep the position-delete files that also delete rows of the big one
+// (iceberg-go v0.7.0 marks every delete file attached to a rewritten file
+// safe to drop; those rows came back before the fix).
+func TestCompactionKeepsDeletesOfKeptFiles(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(8, 8))
+	e := newEnv(t, simpleSchema, nil)
+	m := newModel(t, simpleSchema)
+	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	stream := randomStream(rng, 14*400, 4000)
+	epoch := uint64(0)
+	write := func(n int) {
+		for range n {
+			for _, ch := range stream[:400] {
+				if err := w.Write(ctx, ch); err != nil {
+					t.Fatal(err)
+				}
+				m.apply(ch)
+			}
+			stream = stream[400:]
+			epoch++
+			e.commitWindow(w, epoch)
+		}
+	}
+	compact := func() commit.Compacted {
+		res, err := e.cm.Compact(ctx, commit.Compaction{MinInputFiles: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.tbl = e.cm.Table()
+		m.check(t, e.tbl)
+		lint(t, e.tbl)
+		if err := w.Follow(ctx, e.tbl); err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	write(10)
+	if res := compact(); res.RemovedDataFiles != 10 {
+		t.Fatalf("the first round rewrote %d files, want all 10", res.RemovedDataFiles)
+	}
+	// Two small windows update keys of the big file: their delete files
+	// name it and their own files.
+	write(2)
+	res := compact()
+	if res.RemovedDataFiles != 2 {
+		t.Fatalf("the second round rewrote %d files, want the 2 small ones", res.RemovedDataFiles)
+	}
+	write(2)
+	m.check(t, e.tbl)
+	lint(t, e.tbl)
 }

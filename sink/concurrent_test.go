@@ -26,6 +26,7 @@ import (
 	"github.com/icesink/icesink/coordinator"
 	"github.com/icesink/icesink/coordinator/statestore"
 	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/internal/tablelint"
 	"github.com/icesink/icesink/sink"
 	"github.com/icesink/icesink/warehouse"
 )
@@ -581,6 +582,9 @@ func TestCompactionInSinkAgainstModel(t *testing.T) {
 				}
 				if res.Stats.EqualityDeletes != 0 {
 					t.Fatalf("%d equality deletes", res.Stats.EqualityDeletes)
+				}
+				if r, err := tablelint.Lint(ctx, tbl); err != nil || r.Err() != nil {
+					t.Fatalf("table lint: %v %v", err, r.Err())
 				}
 				tasks, err := tbl.Scan().PlanFiles(ctx)
 				if err != nil {

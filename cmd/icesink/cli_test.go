@@ -17,10 +17,12 @@ import (
 	"time"
 
 	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
 
 	"github.com/icesink/icesink/changelog"
 	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/internal/tablelint"
 	"github.com/icesink/icesink/warehouse"
 )
 
@@ -599,17 +601,48 @@ func TestMaintainCrashAndRerun(t *testing.T) {
 		if want := expectedScan(t, lines, n); got != want {
 			t.Fatalf("table after %d lines differs from the stream's final state", n)
 		}
+		tbl, err := openWarehouse(t, wh).Catalog.LoadTable(context.Background(), table.Identifier{"db", "t"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := tablelint.Lint(context.Background(), tbl); err != nil || r.Err() != nil {
+			t.Fatalf("table lint after %d lines: %v %v", n, err, r.Err())
+		}
 	}
 	check(len(lines) / 2)
-	out, errOut, code := icesink(t, "maintain", "--warehouse", wh, "--table", "db.t", "--compact-min-files", "2", "--retain-snapshots", "1")
-	if code != 0 || !strings.Contains(out, "compaction: ") {
+	// Orphans: a crashed job's file (removed) and one of the sink's own
+	// windows (left to the sink: its epoch may be recorded).
+	tbl, err := openWarehouse(t, wh).Catalog.LoadTable(context.Background(), table.Identifier{"db", "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dataDir := strings.TrimPrefix(tbl.Location(), "file://") + "/data"
+	foreign := filepath.Join(dataDir, "00000-0-crashed-compaction.parquet")
+	own := filepath.Join(dataDir, "icesink-000-0b8e2c5e-8f3a-4c1e-9d2b-3f1a2b3c4d5e-data-000001.parquet")
+	for _, p := range []string{foreign, own} {
+		if err := os.WriteFile(p, []byte("partial"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, errOut, code := icesink(t, "maintain", "--warehouse", wh, "--table", "db.t", "--compact-min-files", "2", "--retain-snapshots", "1",
+		"--remove-orphans", "--orphans-older-than", "0s")
+	if code != 0 || !strings.Contains(out, "compaction: ") || !strings.Contains(out, "orphans: ") {
 		t.Fatalf("maintain: exit %d\n%s%s", code, out, errOut)
 	}
 	t.Log(strings.TrimSpace(out))
+	if _, err := os.Stat(foreign); !os.IsNotExist(err) {
+		t.Errorf("the crashed job's orphan is still there: %v", err)
+	}
+	if _, err := os.Stat(own); err != nil {
+		t.Errorf("maintain removed a file of the sink's own: %v", err)
+	}
 	check(len(lines) / 2)
 	out, errOut, code = icesink(t, args...)
 	if code != 0 || !strings.Contains(out, "eq-delete files / rows    0 / 0") || !strings.Contains(out, "compactions  ") {
 		t.Fatalf("the run after maintain: exit %d\n%s%s", code, out, errOut)
 	}
 	check(len(lines))
+	if _, err := os.Stat(own); !os.IsNotExist(err) {
+		t.Errorf("the sink's start left its crashed window's file: %v", err)
+	}
 }

@@ -2,13 +2,19 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	iofs "io/fs"
+	"time"
 
+	icebergio "github.com/apache/iceberg-go/io"
+	"github.com/apache/iceberg-go/table"
 	"github.com/dustin/go-humanize"
 
 	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/deltawriter"
 	"github.com/icesink/icesink/warehouse"
 )
 
@@ -24,6 +30,8 @@ func cmdMaintain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	tf.register(fs)
 	sinkID := fs.String("sink-id", "icesink", "sink `ID` the compaction snapshots are marked with (icesink.maintained-by)")
 	rounds := fs.Int("rounds", 100, "at most `N` compaction rounds (each reads up to --compact-max-bytes)")
+	orphans := fs.Bool("remove-orphans", false, "also remove the files under the table's location that no snapshot or metadata lists and that are older than --orphans-older-than; the sink's own files are left to the sink, which removes its crashed windows' at start once its recorded epochs are committed")
+	orphanAge := fs.Duration("orphans-older-than", 72*time.Hour, "with --remove-orphans: only files older than this `DURATION` (a writer may still be about to commit younger ones)")
 	var cf compactionFlags
 	cf.register(fs, false)
 	var rf retentionFlags
@@ -34,8 +42,8 @@ func cmdMaintain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := tf.check(); err != nil {
 		return err
 	}
-	if *rounds < 0 {
-		return fmt.Errorf("%w: --rounds must not be negative", errUsage)
+	if *rounds < 0 || *orphanAge < 0 {
+		return fmt.Errorf("%w: --rounds and --orphans-older-than must not be negative", errUsage)
 	}
 	policy, err := cf.compaction()
 	if err != nil {
@@ -82,5 +90,42 @@ func cmdMaintain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fmt.Fprintf(stdout, "compaction: %d rounds, %d data files into %d, %d delete files dropped, %s read, %s written\n",
 		n, sum.RemovedDataFiles, sum.AddedDataFiles, sum.RemovedDeleteFiles, humanize.IBytes(uint64(sum.BytesBefore)), humanize.IBytes(uint64(sum.BytesAfter)))
 	fmt.Fprintf(stdout, "history: %d snapshots expired, %d data manifests and %d delete manifests merged\n", t.ExpiredSnapshots, t.RewrittenManifests, t.MergedDeletes)
+	if *orphans {
+		n, err := removeOrphans(ctx, cm.Table(), *sinkID, *orphanAge)
+		if err != nil {
+			return fmt.Errorf("removing orphan files: %w", err)
+		}
+		fmt.Fprintf(stdout, "orphans: %d files removed\n", n)
+	}
 	return nil
+}
+
+// removeOrphans removes the files under tbl's location that iceberg-go's
+// orphan planning finds unreferenced and older than age, except the files
+// of sink sinkID (deltawriter.SinkFile): those may belong to an epoch its
+// coordinator recorded and will commit at its next start.
+func removeOrphans(ctx context.Context, tbl *table.Table, sinkID string, age time.Duration) (int, error) {
+	plan, err := tbl.DeleteOrphanFiles(ctx, table.WithFilesOlderThan(age), table.WithDryRun(true))
+	if err != nil {
+		return 0, err
+	}
+	fsys, err := tbl.FS(ctx)
+	if err != nil {
+		return 0, err
+	}
+	wfs, ok := fsys.(icebergio.WriteFileIO)
+	if !ok {
+		return 0, fmt.Errorf("the table's file IO cannot remove files")
+	}
+	n := 0
+	for _, p := range plan.OrphanFileLocations {
+		if deltawriter.SinkFile(p, sinkID) {
+			continue
+		}
+		if err := wfs.Remove(p); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
