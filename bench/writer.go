@@ -210,7 +210,7 @@ func runWriter(ctx context.Context, e *runEnv) (err error) {
 		}
 		st := rw.Stats()
 		e.res.Rebuild = &RebuildResult{Seconds: time.Since(t0).Seconds(), Rows: st.IndexRebuildRows, Files: st.IndexRebuildFiles}
-		if why, err := rw.SaveKeyIndex(ctx); err != nil || why != "" {
+		if why, err := rw.SaveKeyIndex(ctx, cm.Table()); err != nil || why != "" {
 			return fmt.Errorf("saving the key index: %q %w", why, err)
 		}
 		if err := rw.Close(ctx); err != nil {

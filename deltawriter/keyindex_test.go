@@ -306,7 +306,7 @@ func testKeyIndexSaved(t *testing.T, version int, limit int64) {
 	}
 	save := func(w *deltawriter.Writer) {
 		t.Helper()
-		if why, err := w.SaveKeyIndex(ctx); err != nil || why != "" {
+		if why, err := w.SaveKeyIndex(ctx, e.tbl); err != nil || why != "" {
 			t.Fatalf("SaveKeyIndex: %q %v", why, err)
 		}
 		checkNoEqualityDeletes(t, w)
@@ -367,7 +367,7 @@ func testKeyIndexSaved(t *testing.T, version int, limit int64) {
 	expect(w, true, "")
 	w2 := open()
 	expect(w2, false, "in use by another process")
-	if why, err := w2.SaveKeyIndex(ctx); err != nil || why == "" {
+	if why, err := w2.SaveKeyIndex(ctx, e.tbl); err != nil || why == "" {
 		t.Fatalf("a private index saved: %q %v", why, err)
 	}
 	w2.Close(ctx)

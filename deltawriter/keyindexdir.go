@@ -201,19 +201,22 @@ func sinceSaved(meta table.Metadata, saved int64) string {
 
 // SaveKeyIndex keeps a DeleteByPosition writer's key index in
 // Options.KeyIndexDir for the next run's New, which then skips the
-// rebuild when the table did not change in between. The caller calls it
-// after its last Committed and before giving up its keys (a sink: before
-// its coordinator session ends), so that no later commit can have touched
-// them. It returns why nothing was saved, if it did not save ("" when it
+// rebuild when the table did not change in between. tbl is the table as
+// the caller last loaded it, holding the writer's last commit. The caller
+// calls it after its last Committed (and Follow) and before giving up its
+// keys (a sink: before its coordinator session ends), so that no later
+// commit can have touched them. (A table that moved since tbl was loaded
+// is caught by the next New, which compares the saved snapshot with the
+// table then.) It returns why nothing was saved, if it did not save ("" when it
 // did): no folder, a failed writer, a window prepared and not confirmed,
 // a table changed by another writer. Errors are I/O errors.
-func (w *Writer) SaveKeyIndex(ctx context.Context) (string, error) {
-	why, err := w.saveKeyIndex(ctx)
+func (w *Writer) SaveKeyIndex(ctx context.Context, tbl *table.Table) (string, error) {
+	why, err := w.saveKeyIndex(ctx, tbl)
 	w.stats.IndexNotSaved = why
 	return why, err
 }
 
-func (w *Writer) saveKeyIndex(ctx context.Context) (string, error) {
+func (w *Writer) saveKeyIndex(ctx context.Context, tbl *table.Table) (string, error) {
 	switch {
 	case w.tidx == nil:
 		return "the writer keeps no key index", nil
@@ -225,10 +228,6 @@ func (w *Writer) saveKeyIndex(ctx context.Context) (string, error) {
 		return "a prepared window was neither committed nor aborted", nil
 	case len(w.tidx.dups) > 0:
 		return "the key index holds keys that are live more than once", nil
-	}
-	tbl := *w.tbl
-	if err := tbl.Refresh(ctx); err != nil {
-		return "", fmt.Errorf("deltawriter: loading the table to save the key index: %w", err)
 	}
 	meta := tbl.Metadata()
 	// Every commit of this sink after the index was built went through

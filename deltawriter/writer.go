@@ -242,7 +242,6 @@ type Writer struct {
 	posProps  *parquet.WriterProperties
 	index     *dedup.Index
 	tidx      *tableIndex    // DeleteByPosition: the table-wide key index
-	tbl       *table.Table   // as New got it (SaveKeyIndex loads it again)
 	saved     bool           // SaveKeyIndex wrote the manifest of tidx as it is
 	pending   *pendingWindow // DeleteByPosition: prepared, not yet confirmed
 	dvs       dvState        // format v3: deletion vectors
@@ -394,8 +393,6 @@ func New(ctx context.Context, tbl *table.Table, opts Options) (*Writer, error) {
 	}
 	w.resetWindow()
 	if opts.DeleteMode == DeleteByPosition {
-		t := *tbl
-		w.tbl = &t
 		if err := w.openTableIndex(ctx, tbl); err != nil {
 			w.Close(ctx)
 			return nil, err

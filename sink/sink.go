@@ -679,7 +679,15 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 			sess.Close()
 			return res, err
 		}
-		writers[i] = &writer{dw: dw, sess: sess, in: make(chan batch, 4)}
+		writers[i] = &writer{dw: dw, sess: sess, in: make(chan batch, 4), current: func(ctx context.Context) (*table.Table, error) {
+			if ec != nil {
+				return ec.table(), nil
+			}
+			if err := cm.Refresh(ctx); err != nil {
+				return nil, err
+			}
+			return cm.Table(), nil
+		}}
 		if cfg.Compaction != nil && ec != nil {
 			writers[i].follow = ec.table
 		}
@@ -871,6 +879,9 @@ type writer struct {
 	// follow, with compaction on, returns the table after a commit: the
 	// writer's key index follows the coordinator's compactions.
 	follow func() *table.Table
+	// current returns the table as the sink last committed it (to save
+	// the key index with).
+	current func(context.Context) (*table.Table, error)
 	done   bool // the final epoch is committed
 	// stats are the writer's counters as the run left them, taken by
 	// close before the deltawriter is closed: closing drops its index and
@@ -943,8 +954,12 @@ func (w *writer) close(ctx context.Context, failed bool) error {
 	if w.follow != nil && !failed {
 		kerr = w.dw.Follow(sctx, w.follow()) // the last round: saved with the index
 	}
-	_, serr0 := w.dw.SaveKeyIndex(sctx)
-	kerr = errors.Join(kerr, serr0)
+	if tbl, err := w.current(sctx); err != nil {
+		kerr = errors.Join(kerr, err)
+	} else {
+		_, serr := w.dw.SaveKeyIndex(sctx, tbl)
+		kerr = errors.Join(kerr, serr)
+	}
 	cancel()
 	w.stats = w.dw.Stats()
 	serr := w.sess.Close()
