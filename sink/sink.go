@@ -882,7 +882,7 @@ type writer struct {
 	// current returns the table as the sink last committed it (to save
 	// the key index with).
 	current func(context.Context) (*table.Table, error)
-	done   bool // the final epoch is committed
+	done    bool // the final epoch is committed
 	// stats are the writer's counters as the run left them, taken by
 	// close before the deltawriter is closed: closing drops its index and
 	// with it the spill counters (Stats after Close reads no spills).
