@@ -28,6 +28,12 @@ type Options struct {
 	FS spill.FS
 	// FanIn is the number of runs that triggers a compaction. Default 8.
 	FanIn int
+	// MaxFilterBytes caps the memory the spill runs' bloom filters hold
+	// (spill.SetOptions.MaxFilterBytes): without it a large index pins
+	// ~1.25 bytes per key in filters. Default for a bounded index: a
+	// quarter of MemoryLimit; past it only the runs' block indexes stay
+	// (~0.15 bytes per key) and lookups of the largest runs read blocks.
+	MaxFilterBytes int64
 	// Dir, if set, is the folder of the index's runs instead of a private
 	// subfolder of SpillDir: runs there outlive the index when it is
 	// Released, and Open reads them again (a key index kept between runs
@@ -130,6 +136,12 @@ func (ix *Index) openSet(runs []string) error {
 		CacheSize: cacheSize(ix.cacheCap),
 		FanIn:     ix.opts.FanIn,
 		Drop:      droppable,
+	}
+	if ix.opts.MemoryLimit > 0 {
+		so.MaxFilterBytes = ix.opts.MaxFilterBytes
+		if so.MaxFilterBytes == 0 {
+			so.MaxFilterBytes = ix.opts.MemoryLimit / 4
+		}
 	}
 	if ix.opts.Dir != "" {
 		set, err := spill.OpenSetIn(ix.opts.Dir, runs, so)

@@ -234,3 +234,35 @@ func TestIndexSaveOpen(t *testing.T) {
 		})
 	}
 }
+
+// TestIndexMemoryWithManyKeys: an index of many more keys than its budget
+// holds filters for stays within its budget (the runs' filters are capped;
+// their block indexes are ~0.15 bytes a key).
+func TestIndexMemoryWithManyKeys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("2M keys")
+	}
+	const limit = 1 << 20
+	ix, err := New(Options{MemoryLimit: limit, SpillDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	const n = 2_000_000
+	for i := 0; i < n; i++ {
+		k := keyOf(i)
+		if err := ix.Put(xxhash.Sum64(k), k, State{HasRow: true, Row: Ref{Pos: uint32(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := ix.MemoryBytes(); got > limit {
+		t.Fatalf("%d keys: the index holds %d bytes, over its %d", n, got, limit)
+	}
+	for _, i := range []int{0, n / 2, n - 1} {
+		k := keyOf(i)
+		if s, ok, err := ix.Get(xxhash.Sum64(k), k); err != nil || !ok || s.Row.Pos != uint32(i) {
+			t.Fatalf("key %d: %+v %v %v", i, s, ok, err)
+		}
+	}
+	t.Logf("%d keys in %d bytes (%.2f bytes a key), %+v", n, ix.MemoryBytes(), float64(ix.MemoryBytes())/n, ix.Stats())
+}

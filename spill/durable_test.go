@@ -116,3 +116,40 @@ func TestOpenSetInKeepsRuns(t *testing.T) {
 		t.Errorf("Close left the folder: %v", err)
 	}
 }
+
+// TestMaxFilterBytes: past the cap the largest runs' filters are freed;
+// lookups of present and absent keys still answer right.
+func TestMaxFilterBytes(t *testing.T) {
+	set, err := OpenSet(t.TempDir(), SetOptions{MaxFilterBytes: 4 << 10, FanIn: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer set.Close()
+	for r := 0; r < 4; r++ {
+		n := 20000 >> r // a big run, then smaller ones
+		if _, err := set.Flush(n, sortedEntries(r*100000, n, fmt.Sprint("r", r))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var filters int64
+	for _, rn := range set.runs {
+		filters += rn.r.FilterBytes()
+	}
+	st := set.Stats()
+	if filters > 4<<10 || st.FiltersDropped == 0 {
+		t.Fatalf("filters hold %d bytes (cap 4096), %d dropped", filters, st.FiltersDropped)
+	}
+	if set.runs[0].r.FilterBytes() != 0 {
+		t.Error("the largest run kept its filter")
+	}
+	for r := 0; r < 4; r++ {
+		for _, i := range []int{0, (20000 >> r) - 1, 20000 >> r} {
+			k := []byte(fmt.Sprintf("k%06d", r*100000+i))
+			v, ok, _, err := set.Get(xxhashOf(k), k)
+			want := i < 20000>>r
+			if err != nil || ok != want || (ok && string(v) != fmt.Sprint("r", r)) {
+				t.Errorf("%s: %q %v %v, want found=%v", k, v, ok, err, want)
+			}
+		}
+	}
+}

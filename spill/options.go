@@ -114,6 +114,11 @@ type SetOptions struct {
 	// Writer configures the run files. ExpectedEntries and FileName are set
 	// per run by the set. Default: WriterOptions defaults.
 	Writer WriterOptions
+	// MaxFilterBytes caps the memory the runs' bloom filters hold (about
+	// 1.25 bytes per entry): past it the largest runs' filters are dropped
+	// (Reader.DropFilter), so a set of many entries keeps only its block
+	// indexes in memory (about 0.15 bytes per entry). 0: no cap.
+	MaxFilterBytes int64
 }
 
 func (o SetOptions) ensureDefaults() SetOptions {

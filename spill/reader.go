@@ -57,6 +57,7 @@ type Reader struct {
 	offs     []uint64
 	filter   bloom.Filter
 	meta     []byte // filter bytes (aliased by filter)
+	noFilter bool   // DropFilter: lookups go to the blocks
 
 	cache   *Cache
 	ck      cacheKey // handle in ck[0:8]; offset filled per lookup
@@ -223,7 +224,7 @@ func (r *Reader) Get(hash uint64, key []byte) (value []byte, found bool, src Sou
 	if r.closed {
 		return nil, false, SourceNone, fmt.Errorf("spill: get from run %s: %w", r.name, ErrClosed)
 	}
-	if r.ft.entries == 0 || hash < r.ft.smallest || hash > r.ft.largest || !r.filter.MayContain(hash) {
+	if r.ft.entries == 0 || hash < r.ft.smallest || hash > r.ft.largest || (!r.noFilter && !r.filter.MayContain(hash)) {
 		return nil, false, SourceFilter, nil
 	}
 	// First block whose last hash is >= hash.
@@ -343,6 +344,17 @@ func (r *Reader) Info() RunInfo {
 func (r *Reader) MemoryBytes() int64 {
 	const fixed = 256 // the Reader struct and the file handle, roughly
 	return fixed + int64(8*cap(r.lastHash)+8*cap(r.offs)+cap(r.meta)+cap(r.scratch))
+}
+
+// FilterBytes returns the memory the run's bloom filter holds (0 once
+// dropped).
+func (r *Reader) FilterBytes() int64 { return int64(cap(r.meta)) }
+
+// DropFilter frees the run's bloom filter: from then on every lookup
+// within the run's hash range searches its blocks (through the cache).
+// The filter stays in the file.
+func (r *Reader) DropFilter() {
+	r.noFilter, r.meta, r.filter = true, nil, bloom.Filter{}
 }
 
 // Close closes the file. Cached blocks stay until the cache's EvictRun.

@@ -50,6 +50,9 @@ type Stats struct {
 	FalsePositives int64
 	// StaleSwept is the number of stale folders OpenSet removed.
 	StaleSwept int
+	// FiltersDropped counts runs whose bloom filter was freed to stay
+	// under SetOptions.MaxFilterBytes.
+	FiltersDropped int
 }
 
 type counters struct {
@@ -58,7 +61,7 @@ type counters struct {
 	lookups, filterSkips, falsePositives                atomic.Int64
 	bySource                                            [4]atomic.Int64
 	runs, runEntries, runBytes, readerMem               atomic.Int64
-	staleSwept                                          atomic.Int64
+	staleSwept, filtersDropped                          atomic.Int64
 }
 
 type run struct {
@@ -350,6 +353,7 @@ func (s *Set) Close() error {
 }
 
 func (s *Set) updateGauges() {
+	s.capFilters()
 	var entries, bytes, mem int64
 	for _, rn := range s.runs {
 		entries += rn.info.Entries
@@ -379,6 +383,7 @@ func (s *Set) Stats() Stats {
 		FilterSkips:    s.c.filterSkips.Load(),
 		FalsePositives: s.c.falsePositives.Load(),
 		StaleSwept:     int(s.c.staleSwept.Load()),
+		FiltersDropped: int(s.c.filtersDropped.Load()),
 	}
 	for i := range st.BySource {
 		st.BySource[i] = s.c.bySource[i].Load()
@@ -398,4 +403,31 @@ func (s *Set) MemoryBytes() int64 {
 		n += s.cache.MemoryBytes()
 	}
 	return n
+}
+
+// capFilters drops the filters of the largest runs while the filters hold
+// more than SetOptions.MaxFilterBytes. Smaller, newer runs keep theirs:
+// they are the ones most lookups skip.
+func (s *Set) capFilters() {
+	if s.opts.MaxFilterBytes <= 0 {
+		return
+	}
+	var total int64
+	for _, rn := range s.runs {
+		total += rn.r.FilterBytes()
+	}
+	for total > s.opts.MaxFilterBytes {
+		var big *run
+		for _, rn := range s.runs {
+			if fb := rn.r.FilterBytes(); fb > 0 && (big == nil || fb > big.r.FilterBytes()) {
+				big = rn
+			}
+		}
+		if big == nil {
+			return
+		}
+		total -= big.r.FilterBytes()
+		big.r.DropFilter()
+		s.c.filtersDropped.Add(1)
+	}
 }
