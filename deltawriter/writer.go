@@ -183,6 +183,8 @@ type Stats struct {
 	// PeakAccountedBytes is the most memory the window's accounting saw
 	// at once: index, delete buffers, open Parquet writers, spill cache.
 	PeakAccountedBytes int64
+	// AccountedBytes is what the accounting saw at its last check.
+	AccountedBytes int64
 	// LocalFlushes counts the times the writer closed its open files or
 	// wrote its delete buffer early to stay under its memory budget.
 	LocalFlushes int64
@@ -534,7 +536,9 @@ func (w *Writer) account() error {
 		ln.bytes = ln.openBytes()
 		pq += ln.bytes
 	}
-	if total := pq + w.index.MemoryBytes() + dels; total > w.stats.PeakAccountedBytes {
+	total := pq + w.index.MemoryBytes() + dels
+	w.stats.AccountedBytes = total
+	if total > w.stats.PeakAccountedBytes {
 		w.stats.PeakAccountedBytes = total
 	}
 	if w.opts.parquetBytes <= 0 || pq <= w.opts.parquetBytes {

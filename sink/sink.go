@@ -23,11 +23,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/icesink/icesink/changelog"
 	"github.com/icesink/icesink/commit"
@@ -97,6 +99,11 @@ type Config struct {
 	// changes a writer is handed, and at the end, on the routing
 	// goroutine: it must return quickly.
 	Progress func(Progress)
+	// Registerer, when set, gets the run's Prometheus metrics (icesink_*:
+	// per writer changes, rows, deletes by kind, buffered, accounted and
+	// spilled bytes, index lookups by tier; commits, their latency, the
+	// time of the last one, compactions) for the run's duration.
+	Registerer prometheus.Registerer
 	// Retention bounds the table history after each commit (snapshot
 	// expiry, data-manifest merges), so that a sink running for weeks
 	// keeps flat memory and commit cost. nil: commit.DefaultRetention();
@@ -301,6 +308,8 @@ type epochCommitter struct {
 	// under it. maint, when not nil, is closed when that round ends.
 	runCtx context.Context
 	maint  chan struct{}
+	// metrics, when set, records commits and compactions.
+	metrics *runMetrics
 }
 
 // waitMaintenance returns once no compaction round is running.
@@ -338,6 +347,9 @@ func (e *epochCommitter) compactRound(epoch uint64) {
 			e.log.Warn("compacting the table", "after-epoch", epoch, "err", err)
 		case c.Snapshot != 0:
 			e.compactions++
+			if e.metrics != nil {
+				e.metrics.compactions.Add(1)
+			}
 			e.compacted.RemovedDataFiles += c.RemovedDataFiles
 			e.compacted.AddedDataFiles += c.AddedDataFiles
 			e.compacted.RemovedDeleteFiles += c.RemovedDeleteFiles
@@ -377,6 +389,7 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 	if len(ps) > 0 && ps[0].InputID != "" {
 		props[commit.PropInputID] = ps[0].InputID
 	}
+	t0 := time.Now()
 	res, err := e.cm.Commit(ctx, epoch, ps, props)
 	if errors.Is(err, commit.ErrForeignChange) || errors.Is(err, commit.ErrForeignPayload) || errors.Is(err, commit.ErrVectorsOfOneFile) {
 		return fmt.Errorf("%w: %w", coordinator.ErrPermanent, err) // another attempt sees the same table
@@ -388,6 +401,9 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 		e.pos = Position{Epoch: epoch, Line: line}
 		if !res.AlreadyCommitted {
 			e.n++
+			if e.metrics != nil {
+				e.metrics.committed(time.Since(t0), line)
+			}
 		}
 		// The epoch is committed whatever tidying does: a failure (a
 		// concurrent commit) is retried after the next epoch.
@@ -695,6 +711,19 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 			route[it.Next()] = i + 1
 		}
 	}
+	if cfg.Registerer != nil {
+		m := newRunMetrics(cfg.Writer.MemoryLimit)
+		m.writers = writers
+		if err := cfg.Registerer.Register(m); err != nil {
+			return res, fmt.Errorf("registering the run's metrics: %w", err)
+		}
+		defer cfg.Registerer.Unregister(m)
+		if ec != nil {
+			ec.mu.Lock()
+			ec.metrics = m
+			ec.mu.Unlock()
+		}
+	}
 	if err := cm.Refresh(ctx); err != nil {
 		return res, err
 	}
@@ -882,7 +911,11 @@ type writer struct {
 	// current returns the table as the sink last committed it (to save
 	// the key index with).
 	current func(context.Context) (*table.Table, error)
-	done    bool // the final epoch is committed
+	// pub and pubBuffered are the writer's counters as it last published
+	// them (after each batch), for the metrics.
+	pub         atomic.Pointer[deltawriter.Stats]
+	pubBuffered atomic.Int64
+	done        bool // the final epoch is committed
 	// stats are the writer's counters as the run left them, taken by
 	// close before the deltawriter is closed: closing drops its index and
 	// with it the spill counters (Stats after Close reads no spills).
@@ -899,6 +932,7 @@ func (w *writer) run(ctx context.Context) error {
 				return err
 			}
 		}
+		w.publish()
 		if !b.barrier {
 			continue
 		}
@@ -941,6 +975,13 @@ func (w *writer) run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// publish makes the writer's counters visible to the metrics.
+func (w *writer) publish() {
+	st := w.dw.Stats()
+	w.pub.Store(&st)
+	w.pubBuffered.Store(w.dw.BufferedBytes())
 }
 
 // close records the writer's counters, ends its session and drops its

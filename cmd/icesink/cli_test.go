@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -644,5 +647,71 @@ func TestMaintainCrashAndRerun(t *testing.T) {
 	check(len(lines))
 	if _, err := os.Stat(own); !os.IsNotExist(err) {
 		t.Errorf("the sink's start left its crashed window's file: %v", err)
+	}
+}
+
+// TestMetricsEndpoint: `run --metrics-listen` serves icesink_* metrics
+// while the run lasts (here a run reading stdin), and they move as it
+// commits.
+func TestMetricsEndpoint(t *testing.T) {
+	rng := rand.New(rand.NewPCG(41, 41))
+	_, lines := stream(t, rng, 3000, 500)
+	cmd := exec.Command(binary, "run", "--warehouse", t.TempDir(), "--table", "db.t", "--schema", writeSchema(t), "--input", "-",
+		"--checkpoint-rows", "200", "--metrics-listen", "127.0.0.1:0", "--quiet")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(stderr)
+	var url string
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "icesink: metrics at "); ok {
+			url = rest
+			break
+		}
+	}
+	if url == "" {
+		t.Fatal("no metrics address on stderr")
+	}
+	go io.Copy(io.Discard, stderr)
+	for _, l := range lines[:2000] {
+		stdin.Write(append(l, '\n'))
+	}
+	var body string
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		resp, err := http.Get(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		body = string(b)
+		if strings.Contains(body, "icesink_commits_total ") && !strings.Contains(body, "icesink_commits_total 0\n") {
+			break
+		}
+	}
+	for _, want := range []string{`icesink_changes_total{writer="0"}`, `icesink_deletes_total{kind="position",writer="0"}`, "icesink_commit_duration_seconds_bucket",
+		"icesink_last_commit_timestamp_seconds", `icesink_index_lookups_total{index="window",tier="memory",writer="0"}`, "go_goroutines", "process_resident_memory_bytes"} {
+		if !strings.Contains(body, want) {
+			t.Errorf("no %s in the metrics:\n%s", want, body)
+		}
+	}
+	if strings.Contains(body, "icesink_commits_total 0\n") {
+		t.Error("no commit counted")
+	}
+	for _, l := range lines[2000:] {
+		stdin.Write(append(l, '\n'))
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("run: %v", err)
 	}
 }

@@ -90,6 +90,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	secf.register(fs, false)
 	inputID := fs.String("input-id", "", "a `NAME` for the input, recorded with every commit and checked on resume (default: a fingerprint of its first 4 KiB)")
 	quiet := fs.Bool("quiet", false, "no progress line or commit log")
+	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus metrics (icesink_*, Go runtime, process) at http://`HOST:PORT`/metrics while the run lasts")
 	logFormat := fs.String("log-format", "text", "`FORMAT` of log lines (the commit log without a terminal, the coordinator's warnings): text or json")
 	stats := fs.Bool("stats", false, "print the writer's statistics at the end")
 	if err := parseFlags(fs, args); err != nil {
@@ -265,6 +266,14 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		cfg.Progress = progressLine(stderr)
 	default:
 		cfg.Progress = commitLog(logger)
+	}
+	if *metricsAddr != "" {
+		reg, stop, err := serveMetrics(*metricsAddr, stderr)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		cfg.Registerer = reg
 	}
 	mon := startMonitor()
 	res, err := sink.Run(ctx, cfg, dec)
