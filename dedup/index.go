@@ -182,19 +182,7 @@ func (ix *Index) Save() ([]string, error) {
 }
 
 // Release closes the index like Close but keeps its runs in Options.Dir.
-func (ix *Index) Release() error {
-	ix.mem.reset()
-	ix.last.valid = false
-	if ix.set == nil {
-		return nil
-	}
-	set := ix.set
-	ix.set = nil
-	if err := set.Release(); err != nil {
-		return fmt.Errorf("dedup: releasing the runs in %s: %w", ix.opts.Dir, err)
-	}
-	return nil
-}
+func (ix *Index) Release() error { return ix.closeSet(true) }
 
 // Get returns the state of key in the window; ok is false when the key was
 // not touched since the last Reset.
@@ -411,7 +399,11 @@ func (ix *Index) Reset() error {
 }
 
 // Close releases the index's memory and deletes its spill folder.
-func (ix *Index) Close() error {
+func (ix *Index) Close() error { return ix.closeSet(false) }
+
+// closeSet frees the memory tier and closes the spill set, keeping its
+// runs (Release) or removing its folder.
+func (ix *Index) closeSet(keep bool) error {
 	ix.mem.reset()
 	ix.last.valid = false
 	if ix.set == nil {
@@ -419,6 +411,12 @@ func (ix *Index) Close() error {
 	}
 	set := ix.set
 	ix.set = nil
+	if keep {
+		if err := set.Release(); err != nil {
+			return fmt.Errorf("dedup: releasing the runs in %s: %w", ix.opts.Dir, err)
+		}
+		return nil
+	}
 	if err := set.Close(); err != nil {
 		return fmt.Errorf("dedup: removing the spill folder: %w", err)
 	}

@@ -130,23 +130,11 @@ func Lint(ctx context.Context, tbl *table.Table) (Report, error) {
 // count, and for every top-level int, long and string column its value
 // and null counts and bounds.
 func lintDataFile(ctx context.Context, fsys iceio.IO, schema *iceberg.Schema, df iceberg.DataFile, problem func(string, ...any)) error {
-	f, err := fsys.Open(df.FilePath())
+	pr, fr, done, err := openParquet(fsys, df, problem)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	pr, err := file.NewParquetReader(f)
-	if err != nil {
-		return fmt.Errorf("%s: %w", df.FilePath(), err)
-	}
-	defer pr.Close()
-	if n := pr.NumRows(); n != df.Count() {
-		problem("%s: entry says %d rows, the file has %d", df.FilePath(), df.Count(), n)
-	}
-	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: 8192}, memory.DefaultAllocator)
-	if err != nil {
-		return err
-	}
+	defer done()
 	psc := pr.MetaData().Schema
 	for c := 0; c < psc.NumColumns(); c++ {
 		id := int(psc.Column(c).SchemaNode().FieldID())
@@ -251,23 +239,11 @@ func lintDeleteFile(ctx context.Context, fsys iceio.IO, df iceberg.DataFile, seq
 		}
 		return nil
 	}
-	f, err := fsys.Open(df.FilePath())
+	_, fr, done, err := openParquet(fsys, df, problem)
 	if err != nil {
 		return err
 	}
-	defer f.Close()
-	pr, err := file.NewParquetReader(f)
-	if err != nil {
-		return fmt.Errorf("%s: %w", df.FilePath(), err)
-	}
-	defer pr.Close()
-	if n := pr.NumRows(); n != df.Count() {
-		problem("%s: entry says %d rows, the file has %d", df.FilePath(), df.Count(), n)
-	}
-	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: 8192}, memory.DefaultAllocator)
-	if err != nil {
-		return err
-	}
+	defer done()
 	rr, err := fr.GetRecordReader(ctx, []int{0, 1}, nil)
 	if err != nil {
 		return err
@@ -287,6 +263,30 @@ func lintDeleteFile(ctx context.Context, fsys iceio.IO, df iceberg.DataFile, seq
 		}
 	}
 	return rr.Err()
+}
+
+// openParquet opens the Parquet file of df and checks its row count
+// against the entry's; done closes it.
+func openParquet(fsys iceio.IO, df iceberg.DataFile, problem func(string, ...any)) (*file.Reader, *pqarrow.FileReader, func(), error) {
+	f, err := fsys.Open(df.FilePath())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	pr, err := file.NewParquetReader(f)
+	if err != nil {
+		f.Close()
+		return nil, nil, nil, fmt.Errorf("%s: %w", df.FilePath(), err)
+	}
+	done := func() { pr.Close(); f.Close() }
+	if n := pr.NumRows(); n != df.Count() {
+		problem("%s: entry says %d rows, the file has %d", df.FilePath(), df.Count(), n)
+	}
+	fr, err := pqarrow.NewFileReader(pr, pqarrow.ArrowReadProperties{BatchSize: 8192}, memory.DefaultAllocator)
+	if err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	return pr, fr, done, nil
 }
 
 func less(a, b any) bool {
