@@ -33,6 +33,7 @@ type Options struct {
 	// ~1.25 bytes per key in filters. Default for a bounded index: a
 	// quarter of MemoryLimit; past it only the runs' block indexes stay
 	// (~0.15 bytes per key) and lookups of the largest runs read blocks.
+	// -1: no cap.
 	MaxFilterBytes int64
 	// Dir, if set, is the folder of the index's runs instead of a private
 	// subfolder of SpillDir: runs there outlive the index when it is
@@ -111,6 +112,30 @@ func New(opts Options) (*Index, error) {
 	return ix, nil
 }
 
+// filterCap is the spill set's MaxFilterBytes: Options.MaxFilterBytes
+// (< 0: none), by default a quarter of a bounded index's budget.
+func (ix *Index) filterCap() int64 {
+	switch {
+	case ix.opts.MemoryLimit == 0 || ix.opts.MaxFilterBytes < 0:
+		return 0
+	case ix.opts.MaxFilterBytes > 0:
+		return ix.opts.MaxFilterBytes
+	}
+	return ix.opts.MemoryLimit / 4
+}
+
+// SetMaxFilterBytes changes Options.MaxFilterBytes (-1: no cap, 0: the
+// default) from now on. A bulk load of random keys (a key index's
+// rebuild, which looks each key up) lifts the cap while it runs, as the
+// lookups of a run without its filter read blocks; it is applied again
+// after, freeing the largest runs' filters.
+func (ix *Index) SetMaxFilterBytes(n int64) {
+	ix.opts.MaxFilterBytes = n
+	if ix.set != nil {
+		ix.set.SetMaxFilterBytes(ix.filterCap())
+	}
+}
+
 // Open returns an index in opts.Dir holding the runs (base names, oldest
 // first) that Save returned before a Release. Any run missing or damaged
 // is an error, and the index is then not open.
@@ -137,12 +162,7 @@ func (ix *Index) openSet(runs []string) error {
 		FanIn:     ix.opts.FanIn,
 		Drop:      droppable,
 	}
-	if ix.opts.MemoryLimit > 0 {
-		so.MaxFilterBytes = ix.opts.MaxFilterBytes
-		if so.MaxFilterBytes == 0 {
-			so.MaxFilterBytes = ix.opts.MemoryLimit / 4
-		}
-	}
+	so.MaxFilterBytes = ix.filterCap()
 	if ix.opts.Dir != "" {
 		set, err := spill.OpenSetIn(ix.opts.Dir, runs, so)
 		if err != nil {

@@ -122,6 +122,10 @@ func (w *Writer) buildTableIndex(ctx context.Context, tbl *table.Table, ix *dedu
 		return err
 	}
 	r := &rebuilder{w: w, fs: fsys, posDels: map[string]map[string][]int64{}, eqDels: map[string]map[string]struct{}{}}
+	// Each row is looked up (a key live twice is kept twice) in file
+	// order: the runs keep their filters while the rebuild runs.
+	t.ix.SetMaxFilterBytes(-1)
+	defer t.ix.SetMaxFilterBytes(0)
 	for _, task := range tasks {
 		if err := ctx.Err(); err != nil {
 			return err

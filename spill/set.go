@@ -405,6 +405,13 @@ func (s *Set) MemoryBytes() int64 {
 	return n
 }
 
+// SetMaxFilterBytes changes SetOptions.MaxFilterBytes (0: no cap) and
+// applies it. Filters dropped before stay dropped.
+func (s *Set) SetMaxFilterBytes(n int64) {
+	s.opts.MaxFilterBytes = n
+	s.updateGauges()
+}
+
 // capFilters drops the filters of the largest runs while the filters hold
 // more than SetOptions.MaxFilterBytes. Smaller, newer runs keep theirs:
 // they are the ones most lookups skip.
