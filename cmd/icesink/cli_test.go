@@ -39,6 +39,10 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "icesink")
+	// The runs' spill folders and saved key indexes (default: under the
+	// OS temp dir) go with the test binary.
+	os.Setenv("TMPDIR", filepath.Join(dir, "tmp"))
+	os.MkdirAll(filepath.Join(dir, "tmp"), 0o755)
 	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "building icesink: %v\n%s", err, out)
