@@ -676,6 +676,11 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 		if err != nil {
 			return res, fmt.Errorf("connecting writer %d (vnodes %s): %w", i, coordinator.FormatVnodes(b), err)
 		}
+		if ec != nil {
+			// Recovered epochs may have started a compaction round: the
+			// committer is its until it ends, and the index is built after.
+			ec.waitMaintenance()
+		}
 		wopts := cfg.Writer
 		wopts.Writer = i
 		if wopts.DeleteMode == deltawriter.DeleteByPosition {
