@@ -64,6 +64,11 @@ func Example() {
 	if _, err := cm.Commit(ctx, 1, []commit.Payload{p}, nil); err != nil {
 		log.Fatal(err)
 	}
+	// The key index learns the window's fate; the next Write opens a new
+	// window.
+	if err := w.Committed(ctx); err != nil {
+		log.Fatal(err)
+	}
 	for row, err := range warehouse.Rows(ctx, cm.Table()) {
 		if err != nil {
 			log.Fatal(err)
