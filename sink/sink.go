@@ -719,6 +719,9 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	if cfg.Registerer != nil {
 		m := newRunMetrics(cfg.Writer.MemoryLimit)
 		m.writers = writers
+		for _, w := range writers {
+			w.published = true
+		}
 		if err := cfg.Registerer.Register(m); err != nil {
 			return res, fmt.Errorf("registering the run's metrics: %w", err)
 		}
@@ -920,6 +923,7 @@ type writer struct {
 	// them (after each batch), for the metrics.
 	pub         atomic.Pointer[deltawriter.Stats]
 	pubBuffered atomic.Int64
+	published   bool // metrics are on: publish after each batch
 	done        bool // the final epoch is committed
 	// stats are the writer's counters as the run left them, taken by
 	// close before the deltawriter is closed: closing drops its index and
@@ -937,7 +941,9 @@ func (w *writer) run(ctx context.Context) error {
 				return err
 			}
 		}
-		w.publish()
+		if w.published {
+			w.publish()
+		}
 		if !b.barrier {
 			continue
 		}
