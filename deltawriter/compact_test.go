@@ -223,3 +223,58 @@ func TestCompactionKeepsDeletesOfKeptFiles(t *testing.T) {
 	m.check(t, e.tbl)
 	lint(t, e.tbl)
 }
+
+// TestCompactionDropsEqualityDeletes: a table written with equality
+// deletes (--delete-mode equality) keeps none once a round rewrote every
+// file they apply to; it reads back as the model.
+func TestCompactionDropsEqualityDeletes(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(9, 9))
+	e := newEnv(t, simpleSchema, nil)
+	m := newModel(t, simpleSchema)
+	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, DeleteMode: deltawriter.DeleteByEquality})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	stream := randomStream(rng, 6*300, 500)
+	for c := 0; c < 6; c++ {
+		for _, ch := range stream[c*300 : (c+1)*300] {
+			if err := w.Write(ctx, ch); err != nil {
+				t.Fatal(err)
+			}
+			m.apply(ch)
+		}
+		e.commitWindow(w, uint64(c+1))
+	}
+	eqFiles := func() int {
+		tasks, err := e.tbl.Scan().PlanFiles(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, tk := range tasks {
+			for _, d := range tk.EqualityDeleteFiles {
+				seen[d.FilePath()] = true
+			}
+		}
+		return len(seen)
+	}
+	if eqFiles() == 0 {
+		t.Fatal("the equality-mode table has no equality deletes to begin with")
+	}
+	res, err := e.cm.Compact(ctx, commit.Compaction{MinInputFiles: 2})
+	if err != nil || res.RemovedDataFiles != 6 {
+		t.Fatalf("compaction: %+v %v", res, err)
+	}
+	e.tbl = e.cm.Table()
+	m.check(t, e.tbl)
+	lint(t, e.tbl)
+	if n := eqFiles(); n != 0 {
+		t.Errorf("%d equality-delete files still apply after every data file was rewritten", n)
+	}
+	snap := e.tbl.CurrentSnapshot()
+	if v := snap.Summary.Properties["total-equality-deletes"]; v != "" && v != "0" {
+		t.Errorf("the snapshot still holds %s equality-delete rows", v)
+	}
+}
