@@ -490,7 +490,7 @@ func TestDeletionVectorsRescaleRefused(t *testing.T) {
 func TestKeyIndexesKeptBetweenRuns(t *testing.T) {
 	ctx := context.Background()
 	wh, ident := newWarehouse(t)
-	full := genInput(t, 5, 12000, 3000)
+	full := genInput(t, 5, 4500, 1200)
 	cut := func(frac int) []byte {
 		n := len(full) * frac / 3
 		return full[:bytes.Index(full[n:], []byte("\n"))+n+1]
@@ -558,7 +558,7 @@ func TestCompactionInSinkAgainstModel(t *testing.T) {
 				Properties: iceberg.Properties{"format-version": fmt.Sprint(version)}}); err != nil {
 				t.Fatal(err)
 			}
-			full := genInput(t, 9, 6000, 1500)
+			full := genInput(t, 9, 3000, 800)
 			half := full[:bytes.Index(full[len(full)/2:], []byte("\n"))+len(full)/2+1]
 			spill := t.TempDir()
 			run := func(input []byte) sink.Result {

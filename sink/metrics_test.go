@@ -20,7 +20,7 @@ import (
 func TestMetrics(t *testing.T) {
 	ctx := context.Background()
 	wh, ident := newWarehouse(t)
-	input := genInput(t, 13, 6000, 1500)
+	input := genInput(t, 13, 2000, 600)
 	dec, err := changelog.NewDecoder(bytes.NewReader(input), changelog.ChangelogJSON, fuzzSchema)
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +29,7 @@ func TestMetrics(t *testing.T) {
 	var last map[string]*dto.MetricFamily
 	scrapes := 0
 	begin := time.Now()
-	res, err := sink.Run(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "met", CheckpointRows: 400, Writers: 2,
+	res, err := sink.Run(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "met", CheckpointRows: 200, Writers: 2,
 		Registerer: reg, Writer: deltawriter.Options{SpillDir: t.TempDir(), MemoryLimit: 1 << 20},
 		Progress: func(sink.Progress) {
 			fams, err := reg.Gather()
