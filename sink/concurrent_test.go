@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -488,8 +487,7 @@ func TestDeletionVectorsRescaleRefused(t *testing.T) {
 // the table, and a run with another writer layout rebuilds. The table
 // equals the model after each run and holds no equality delete.
 func TestKeyIndexesKeptBetweenRuns(t *testing.T) {
-	ctx := context.Background()
-	wh, ident := newWarehouse(t)
+	wh, _ := newWarehouse(t)
 	full := genInput(t, 5, 4500, 1200)
 	cut := func(frac int) []byte {
 		n := len(full) * frac / 3
@@ -498,22 +496,8 @@ func TestKeyIndexesKeptBetweenRuns(t *testing.T) {
 	spillDir := t.TempDir()
 	run := func(input []byte, writers int) sink.Result {
 		t.Helper()
-		dec, err := changelog.NewDecoder(bytes.NewReader(input), changelog.ChangelogJSON, fuzzSchema)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res, err := sink.Run(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "keep", CheckpointRows: 500, Writers: writers,
-			Writer: deltawriter.Options{SpillDir: spillDir, MemoryLimit: 1 << 20}}, dec)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tbl, err := wh.Catalog.LoadTable(ctx, ident)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, want := liveRows(t, ctx, tbl), modelUpTo(t, input, changelog.ChangelogJSON, 1<<62); !reflect.DeepEqual(got, want) {
-			t.Fatalf("table has %d rows, the model %d (or they differ)", len(got), len(want))
-		}
+		res := runAndCheck(t, wh, sink.Config{SinkID: "keep", CheckpointRows: 500, Writers: writers,
+			Writer: deltawriter.Options{SpillDir: spillDir, MemoryLimit: 1 << 20}}, input)
 		if res.Stats.EqualityDeletes != 0 {
 			t.Fatalf("%d equality deletes", res.Stats.EqualityDeletes)
 		}
@@ -550,56 +534,38 @@ func TestKeyIndexesKeptBetweenRuns(t *testing.T) {
 func TestCompactionInSinkAgainstModel(t *testing.T) {
 	// (Format v3's deletion vectors through compactions: the deltawriter
 	// test.)
-	for _, version := range []int{2} {
-		t.Run(fmt.Sprint("v", version), func(t *testing.T) {
-			ctx := context.Background()
-			wh, ident := newWarehouse(t)
-			if _, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: fuzzSchema,
-				Properties: iceberg.Properties{"format-version": fmt.Sprint(version)}}); err != nil {
-				t.Fatal(err)
-			}
-			full := genInput(t, 9, 3000, 800)
-			half := full[:bytes.Index(full[len(full)/2:], []byte("\n"))+len(full)/2+1]
-			spill := t.TempDir()
-			run := func(input []byte) sink.Result {
-				t.Helper()
-				dec, err := changelog.NewDecoder(bytes.NewReader(input), changelog.ChangelogJSON, fuzzSchema)
-				if err != nil {
-					t.Fatal(err)
-				}
-				res, err := sink.Run(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "cmp", CheckpointRows: 300, Writers: 2,
-					Compaction: &commit.Compaction{MinInputFiles: 3}, CompactEvery: 4,
-					Writer: deltawriter.Options{SpillDir: spill, MemoryLimit: 1 << 20}}, dec)
-				if err != nil {
-					t.Fatal(err)
-				}
-				tbl, err := wh.Catalog.LoadTable(ctx, ident)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if got, want := liveRows(t, ctx, tbl), modelUpTo(t, input, changelog.ChangelogJSON, 1<<62); !reflect.DeepEqual(got, want) {
-					t.Fatalf("table has %d rows, the model %d (or they differ)", len(got), len(want))
-				}
-				if res.Stats.EqualityDeletes != 0 {
-					t.Fatalf("%d equality deletes", res.Stats.EqualityDeletes)
-				}
-				if r, err := tablelint.Lint(ctx, tbl); err != nil || r.Err() != nil {
-					t.Fatalf("table lint: %v %v", err, r.Err())
-				}
-				tasks, err := tbl.Scan().PlanFiles(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if res.Compactions == 0 || res.Stats.IndexFollowedRows == 0 || len(tasks) > res.Commits/2 {
-					t.Fatalf("%d compactions, %d rows followed, %d data files after %d commits", res.Compactions, res.Stats.IndexFollowedRows, len(tasks), res.Commits)
-				}
-				t.Logf("%d commits, %d compactions (%+v), %d data files", res.Commits, res.Compactions, res.Compacted, len(tasks))
-				return res
-			}
-			run(half)
-			if res := run(full); res.Stats.IndexesReused == 0 && res.Stats.IndexRebuildRows == 0 {
-				t.Fatal("the rerun neither reused nor rebuilt its key indexes")
-			}
-		})
+	ctx := context.Background()
+	wh, ident := newWarehouse(t)
+	full := genInput(t, 9, 3000, 800)
+	half := full[:bytes.Index(full[len(full)/2:], []byte("\n"))+len(full)/2+1]
+	cfg := sink.Config{SinkID: "cmp", CheckpointRows: 300, Writers: 2,
+		Compaction: &commit.Compaction{MinInputFiles: 3}, CompactEvery: 4,
+		Writer: deltawriter.Options{SpillDir: t.TempDir(), MemoryLimit: 1 << 20}}
+	run := func(input []byte) sink.Result {
+		t.Helper()
+		res := runAndCheck(t, wh, cfg, input)
+		if res.Stats.EqualityDeletes != 0 {
+			t.Fatalf("%d equality deletes", res.Stats.EqualityDeletes)
+		}
+		tbl, err := wh.Catalog.LoadTable(ctx, ident)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r, err := tablelint.Lint(ctx, tbl); err != nil || r.Err() != nil {
+			t.Fatalf("table lint: %v %v", err, r.Err())
+		}
+		tasks, err := tbl.Scan().PlanFiles(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Compactions == 0 || res.Stats.IndexFollowedRows == 0 || len(tasks) > res.Commits/2 {
+			t.Fatalf("%d compactions, %d rows followed, %d data files after %d commits", res.Compactions, res.Stats.IndexFollowedRows, len(tasks), res.Commits)
+		}
+		t.Logf("%d commits, %d compactions (%+v), %d data files", res.Commits, res.Compactions, res.Compacted, len(tasks))
+		return res
+	}
+	run(half)
+	if res := run(full); res.Stats.IndexesReused == 0 && res.Stats.IndexRebuildRows == 0 {
+		t.Fatal("the rerun neither reused nor rebuilt its key indexes")
 	}
 }

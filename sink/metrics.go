@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/dedup"
 )
 
 // runMetrics is what a run exposes to Prometheus (Config.Registerer): the
@@ -85,13 +85,13 @@ func (m *runMetrics) Collect(ch chan<- prometheus.Metric) {
 		counter("icesink_local_flushes_total", float64(st.LocalFlushes), id)
 		for _, ix := range []struct {
 			name string
-			s    *deltawriterIndexStats
-		}{{"window", indexStats(st, false)}, {"key", indexStats(st, true)}} {
-			counter("icesink_spilled_bytes_total", float64(ix.s.spilled), id, ix.name)
-			counter("icesink_index_lookups_total", float64(ix.s.memory), id, ix.name, "memory")
-			counter("icesink_index_lookups_total", float64(ix.s.filter), id, ix.name, "filter")
-			counter("icesink_index_lookups_total", float64(ix.s.cache), id, ix.name, "cache")
-			counter("icesink_index_lookups_total", float64(ix.s.disk), id, ix.name, "disk")
+			s    dedup.Stats
+		}{{"window", st.Index}, {"key", st.TableIndex}} {
+			counter("icesink_spilled_bytes_total", float64(ix.s.SpilledBytes), id, ix.name)
+			counter("icesink_index_lookups_total", float64(ix.s.LookupsMemory), id, ix.name, "memory")
+			counter("icesink_index_lookups_total", float64(ix.s.LookupsFilter), id, ix.name, "filter")
+			counter("icesink_index_lookups_total", float64(ix.s.LookupsCache), id, ix.name, "cache")
+			counter("icesink_index_lookups_total", float64(ix.s.LookupsDisk), id, ix.name, "disk")
 		}
 	}
 	gauge("icesink_memory_budget_bytes", float64(m.budget))
@@ -110,14 +110,4 @@ func (m *runMetrics) committed(d time.Duration, line int64) {
 	m.commits.Add(1)
 	m.lastCommit.Store(time.Now().UnixNano())
 	m.line.Store(line)
-}
-
-type deltawriterIndexStats struct{ spilled, memory, filter, cache, disk int64 }
-
-func indexStats(st *deltawriter.Stats, key bool) *deltawriterIndexStats {
-	s := st.Index
-	if key {
-		s = st.TableIndex
-	}
-	return &deltawriterIndexStats{s.SpilledBytes, s.LookupsMemory, s.LookupsFilter, s.LookupsCache, s.LookupsDisk}
 }

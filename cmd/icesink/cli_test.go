@@ -482,15 +482,7 @@ func TestKeyIndexCrashPoints(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(21, 21))
 	in, lines := stream(t, rng, 8000, 1500)
-	half := filepath.Join(t.TempDir(), "half.jsonl")
-	var buf bytes.Buffer
-	for _, l := range lines[:len(lines)/2] {
-		buf.Write(l)
-		buf.WriteByte('\n')
-	}
-	if err := os.WriteFile(half, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	half := writeLines(t, lines[:len(lines)/2])
 	schema := writeSchema(t)
 	for _, tc := range []struct {
 		point  string
@@ -560,15 +552,7 @@ func TestMaintainCrashAndRerun(t *testing.T) {
 	args := []string{"run", "--warehouse", wh, "--table", "db.t", "--schema", schema, "--input", in, "--checkpoint-rows", "500",
 		"--writers", "2", "--memory-limit", "2MiB", "--key-index-dir", t.TempDir(), "--maintain", "--compact-every", "2", "--compact-min-files", "2", "--quiet", "--stats"}
 	// The first half of the input, then the whole of it.
-	half := filepath.Join(t.TempDir(), "half.jsonl")
-	var buf bytes.Buffer
-	for _, l := range lines[:len(lines)/2] {
-		buf.Write(l)
-		buf.WriteByte('\n')
-	}
-	if err := os.WriteFile(half, buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	half := writeLines(t, lines[:len(lines)/2])
 	halfArgs := slices.Clone(args)
 	halfArgs[slices.Index(halfArgs, in)] = half
 	kills := 0
@@ -718,4 +702,19 @@ func TestMetricsEndpoint(t *testing.T) {
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("run: %v", err)
 	}
+}
+
+// writeLines writes lines to a new file and returns its path.
+func writeLines(t *testing.T, lines [][]byte) string {
+	t.Helper()
+	var buf bytes.Buffer
+	for _, l := range lines {
+		buf.Write(l)
+		buf.WriteByte('\n')
+	}
+	path := filepath.Join(t.TempDir(), "lines.jsonl")
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }
