@@ -148,18 +148,7 @@ func (d *Decoder) Next() (Record, error) {
 		if d.line == 1 {
 			line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf")) // a UTF-8 byte order mark
 		}
-		d.sc.reset(line)
-		d.sc.ws()
-		if d.sc.pos == len(line) {
-			continue
-		}
-		var rec Record
-		var skip bool
-		if d.format == ChangelogJSON {
-			rec, err = d.changelogLine()
-		} else {
-			rec, skip, err = d.debeziumLine()
-		}
+		rec, skip, err := d.decode(line)
 		if err != nil {
 			return Record{}, d.lineErr(err)
 		}
@@ -169,6 +158,42 @@ func (d *Decoder) Next() (Record, error) {
 		rec.Line = d.line
 		return rec, nil
 	}
+}
+
+// decode decodes one line or message; skip reports one that carries no
+// record (blank, or a Debezium tombstone).
+func (d *Decoder) decode(b []byte) (rec Record, skip bool, err error) {
+	d.sc.reset(b)
+	d.sc.ws()
+	if d.sc.pos == len(b) {
+		return Record{}, true, nil
+	}
+	if d.format == ChangelogJSON {
+		rec, err = d.changelogLine()
+		return rec, false, err
+	}
+	return d.debeziumLine()
+}
+
+// DecodeMessage decodes one whole message in the decoder's format: a
+// Kafka record's value, which may span lines. skip reports a message that
+// carries no record (empty, or a Debezium tombstone). A bad message yields
+// a *MessageError naming the member at fault; the caller says where the
+// message came from. Record.Line is 0, and the decoder's line count does
+// not move. Record.Changes is reused by the next call, as with Next.
+func (d *Decoder) DecodeMessage(msg []byte) (rec Record, skip bool, err error) {
+	if len(msg) > d.maxLine {
+		return Record{}, false, &MessageError{Err: kindErrf(ErrLineTooLong, "message longer than %d bytes", d.maxLine)}
+	}
+	rec, skip, err = d.decode(msg)
+	if err != nil {
+		var fe *fieldError
+		if errors.As(err, &fe) {
+			return Record{}, false, &MessageError{Field: fe.field, Err: fe.err}
+		}
+		return Record{}, false, &MessageError{Err: err}
+	}
+	return rec, skip, nil
 }
 
 // Skip consumes the next n lines without decoding them, only counting line

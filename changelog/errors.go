@@ -43,6 +43,26 @@ func (e *LineError) Error() string {
 // Unwrap returns the reason, which matches one of the Err* categories.
 func (e *LineError) Unwrap() error { return e.Err }
 
+// MessageError is a bad message given to Decoder.DecodeMessage: the member
+// the problem is in (empty when the whole message is at fault) and the
+// reason. Its message reads `field "name": reason`; the caller prefixes
+// where the message came from (a topic, partition and offset).
+type MessageError struct {
+	Field string
+	Err   error
+}
+
+// Error returns `field "name": reason`, or the reason when Field is empty.
+func (e *MessageError) Error() string {
+	if e.Field == "" {
+		return e.Err.Error()
+	}
+	return "field " + strconv.Quote(e.Field) + ": " + e.Err.Error()
+}
+
+// Unwrap returns the reason, which matches one of the Err* categories.
+func (e *MessageError) Unwrap() error { return e.Err }
+
 // kindError is a reason whose message is just the detail while errors.Is
 // still finds its category.
 type kindError struct {

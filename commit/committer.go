@@ -23,6 +23,9 @@ const (
 	// PropInputID identifies the input the committed lines came from (a
 	// fingerprint of its head, or the identity the user gave).
 	PropInputID = "icesink.input-id"
+	// PropOffsetPrefix prefixes the offsets of a partitioned input: a Kafka
+	// source's icesink.kafka.TOPIC.PARTITION = the next offset to read.
+	PropOffsetPrefix = "icesink.kafka."
 	// PropSinkPrefix prefixes the table properties a sink keeps its last
 	// commit in: icesink.sink.SINK-ID.epoch and .input-position.
 	PropSinkPrefix = "icesink.sink."

@@ -79,6 +79,10 @@ type Payload struct {
 	// InputID identifies the input those lines came from (see
 	// PropInputID); empty when unknown.
 	InputID string `json:"input_id,omitempty"`
+	// InputOffsets are the offsets (PropOffsetPrefix properties) of a
+	// partitioned input (Kafka) that the window covers up to; recorded in
+	// the snapshot summary. Empty for line input.
+	InputOffsets map[string]string `json:"input_offsets,omitempty"`
 	// KeyIndexed marks a window whose deletes of earlier rows were found
 	// in a key index built from the table at snapshot BaseSnapshot (-1:
 	// an empty table): the committer refuses it when another writer has

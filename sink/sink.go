@@ -18,6 +18,7 @@ import (
 	"io"
 	iofs "io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -44,6 +45,27 @@ type Source interface {
 	Next() (changelog.Record, error)
 	// Skip consumes n lines without decoding them (resuming after a commit).
 	Skip(n int64) error
+}
+
+// OffsetSource is a Source whose position is not a count of lines but
+// offsets of its own (a Kafka topic's partitions): Offsets are recorded
+// with every commit as summary properties (commit.PropOffsetPrefix) and
+// handed back to Seek on resume, instead of Skip.
+type OffsetSource interface {
+	Source
+	// Seek makes Next continue after the sink's last commit: offsets are
+	// the properties it recorded (nil: none), position its record count.
+	Seek(ctx context.Context, offsets map[string]string, position int64) error
+	// Offsets returns the properties saying how far Next has read.
+	Offsets() map[string]string
+	// Identity names the input; a resume on another input is refused.
+	Identity() string
+}
+
+// committedNotifier is an OffsetSource told of each commit (a Kafka
+// source commits the offsets to its consumer group, for monitoring).
+type committedNotifier interface {
+	Committed(ctx context.Context, offsets map[string]string) error
 }
 
 // Config configures a Run.
@@ -196,6 +218,9 @@ type Position struct {
 	Epoch   uint64 // the last committed epoch (0: none)
 	Line    int64  // input lines the committed state covers
 	InputID string // the input those lines came from ("" when not recorded)
+	// Offsets are an OffsetSource's properties the commit recorded (nil
+	// for line input).
+	Offsets map[string]string
 }
 
 // identified is a Source that fingerprints the input it read
@@ -288,7 +313,16 @@ func positionOf(cm *commit.Committer) (Position, error) {
 	if err != nil {
 		return Position{}, fmt.Errorf("snapshot %d of table %v has no valid %s: %w", last.SnapshotID, cm.Table().Identifier(), commit.PropInputPosition, err)
 	}
-	return Position{Epoch: last.Epoch, Line: line, InputID: last.Properties[commit.PropInputID]}, nil
+	pos := Position{Epoch: last.Epoch, Line: line, InputID: last.Properties[commit.PropInputID]}
+	for k, v := range last.Properties {
+		if strings.HasPrefix(k, commit.PropOffsetPrefix) {
+			if pos.Offsets == nil {
+				pos.Offsets = map[string]string{}
+			}
+			pos.Offsets[k] = v
+		}
+	}
+	return pos, nil
 }
 
 // epochCommitter commits an epoch's payloads for the coordinator, one
@@ -310,6 +344,8 @@ type epochCommitter struct {
 	maint  chan struct{}
 	// metrics, when set, records commits and compactions.
 	metrics *runMetrics
+	// onCommit, when set, is told of every commit (in its own goroutine).
+	onCommit func(Position)
 }
 
 // waitMaintenance returns once no compaction round is running.
@@ -367,6 +403,8 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 	defer e.mu.Unlock()
 	ps := make([]commit.Payload, 0, len(payloads))
 	var line int64
+	// Offsets carry over: a writer reports those of its own partitions.
+	offsets := maps.Clone(e.pos.Offsets)
 	for _, b := range payloads {
 		if len(b) == 0 {
 			continue
@@ -384,8 +422,15 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 		}
 		line = p.InputPosition
 		ps = append(ps, p)
+		for k, v := range p.InputOffsets {
+			if offsets == nil {
+				offsets = map[string]string{}
+			}
+			offsets[k] = v
+		}
 	}
 	props := map[string]string{commit.PropInputPosition: strconv.FormatInt(line, 10)}
+	maps.Copy(props, offsets)
 	if len(ps) > 0 && ps[0].InputID != "" {
 		props[commit.PropInputID] = ps[0].InputID
 	}
@@ -398,7 +443,13 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 		return err
 	}
 	if !res.Empty {
-		e.pos = Position{Epoch: epoch, Line: line}
+		e.pos = Position{Epoch: epoch, Line: line, Offsets: offsets}
+		if len(ps) > 0 {
+			e.pos.InputID = ps[0].InputID
+		}
+		if e.onCommit != nil {
+			go e.onCommit(e.pos)
+		}
 		if !res.AlreadyCommitted {
 			e.n++
 			if e.metrics != nil {
@@ -446,6 +497,8 @@ func StartCoordinator(ctx context.Context, cfg Config) (c *coordinator.Coordinat
 
 func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*coordinator.Coordinator, *epochCommitter, func() error, error) {
 	ec := &epochCommitter{cm: cm, retain: *cfg.Retention, log: cfg.Logger, compact: cfg.Compaction, compactEvery: cfg.CompactEvery, runCtx: ctx}
+	// Commits carry the offsets of partitions no writer reports forward.
+	ec.pos, _ = positionOf(cm)
 	if ec.log == nil {
 		ec.log = slog.Default()
 	}
@@ -755,7 +808,24 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	}
 	res.Start, res.Committed = start, start
 	res.Line, res.Epoch = start.Line, start.Epoch
-	if start.Line > 0 {
+	if osrc, ok := src.(OffsetSource); ok {
+		if start.InputID != "" && start.InputID != osrc.Identity() {
+			return res, fmt.Errorf("the input %s is not the one sink %q committed from (%s): to write it as a new stream, give another --sink-id", osrc.Identity(), cfg.SinkID, start.InputID)
+		}
+		if err := osrc.Seek(ctx, start.Offsets, start.Line); err != nil {
+			return res, fmt.Errorf("resuming after epoch %d: %w", start.Epoch, err)
+		}
+		if n, ok := src.(committedNotifier); ok && ec != nil {
+			log := cmp.Or(cfg.Logger, slog.Default())
+			ec.mu.Lock()
+			ec.onCommit = func(p Position) {
+				if err := n.Committed(ctx, p.Offsets); err != nil && ctx.Err() == nil {
+					log.Warn("telling the consumer group the committed offsets (monitoring only)", "epoch", p.Epoch, "err", err)
+				}
+			}
+			ec.mu.Unlock()
+		}
+	} else if start.Line > 0 {
 		if err := src.Skip(start.Line); err != nil {
 			return res, fmt.Errorf("resuming after input line %d (epoch %d is committed): %w", start.Line, start.Epoch, err)
 		}
@@ -814,6 +884,7 @@ type batch struct {
 	epoch   uint64
 	line    int64 // the input line the checkpoint ends at
 	inputID string
+	offsets map[string]string // an OffsetSource's position at the checkpoint
 	final   bool
 }
 
@@ -847,13 +918,18 @@ func route_(ctx context.Context, cfg Config, src Source, writers []*writer, rout
 	}
 	var rows int64
 	var key []byte
+	osrc, _ := src.(OffsetSource)
 	checkpoint := func(line int64, final bool) error {
 		id := inputID(cfg, src)
+		var offsets map[string]string
+		if osrc != nil {
+			id, offsets = osrc.Identity(), osrc.Offsets()
+		}
 		res.Epoch++
 		rows = 0
 		for i := range writers {
 			pending[i].barrier, pending[i].epoch, pending[i].line, pending[i].final = true, res.Epoch, line, final
-			pending[i].inputID = id
+			pending[i].inputID, pending[i].offsets = id, offsets
 			if err := send(i); err != nil {
 				return err
 			}
@@ -963,7 +1039,7 @@ func (w *writer) run(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			p.InputPosition, p.InputID = b.line, b.inputID
+			p.InputPosition, p.InputID, p.InputOffsets = b.line, b.inputID, b.offsets
 			data, err := p.Marshal()
 			if err != nil {
 				return err

@@ -356,6 +356,13 @@ func TestCrashAndRerun(t *testing.T) {
 	if want := expectedScan(t, lines, len(lines)); got != want {
 		t.Errorf("table after crashes and reruns differs from the stream's final state")
 	}
+	checkEpochsOnce(t, wh)
+}
+
+// checkEpochsOnce checks that the sink committed every epoch once, in
+// increasing order.
+func checkEpochsOnce(t *testing.T, wh string) {
+	t.Helper()
 	snaps, _, _ := icesink(t, "snapshots", "--warehouse", wh, "--table", "db.t")
 	seen := map[string]bool{}
 	prev := -1

@@ -60,7 +60,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	tf.register(fs)
 	var sf specFlags
 	sf.register(fs)
-	input := fs.String("input", "", "input `FILE`, or - for standard input")
+	input := fs.String("input", "", "input `FILE`, or - for standard input (or --kafka-brokers)")
+	var kf kafkaFlags
+	kf.register(fs)
 	format := fs.String("format", "changelog-json", "input format: changelog-json or debezium-json")
 	dbzDecimal := fs.String("debezium-decimal", "string", "debezium-json events without a schema: decimals as the connector's decimal.handling.mode spells them, `MODE` precise (base64) or string (events with a schema say it themselves)")
 	dbzTime := fs.String("debezium-time-unit", "", "debezium-json events without a schema: the `UNIT` of integer times and timestamps, ms, us or ns (default: integers there are refused)")
@@ -102,8 +104,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := warehouse.CheckName(*sinkID); err != nil {
 		return fmt.Errorf("%w: --sink-id: %v", errUsage, err)
 	}
-	if *input == "" {
-		return fmt.Errorf("%w: --input is required", errUsage)
+	if err := kf.check(*input, *coordAddr); err != nil {
+		return err
 	}
 	fmtv, err := changelog.ParseFormat(*format)
 	if err != nil {
@@ -176,7 +178,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 
 	var in io.Reader = stdin
-	if *input != "-" {
+	if *input != "-" && *input != "" {
 		f, err := os.Open(*input)
 		if err != nil {
 			return fmt.Errorf("opening the input: %w", err)
@@ -202,6 +204,18 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	dec, err := changelog.NewDecoder(in, fmtv, tbl.Schema(), changelog.WithDebezium(dbz))
 	if err != nil {
 		return fmt.Errorf("table %s: %w", tf.table, err)
+	}
+	var src sink.Source = dec
+	runCtx := ctx
+	if kf.enabled() {
+		// The first SIGINT or SIGTERM ends the input: the records read so
+		// far are committed and the run exits 0. A second one kills.
+		ksrc, err := kf.open(ctx, dec, ctx.Done())
+		if err != nil {
+			return err
+		}
+		defer ksrc.Close()
+		src, runCtx = ksrc, context.WithoutCancel(ctx)
 	}
 	cfg := sink.Config{
 		Loader:         wh.Catalog,
@@ -276,13 +290,17 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		cfg.Registerer = reg
 	}
 	mon := startMonitor()
-	res, err := sink.Run(ctx, cfg, dec)
+	res, err := sink.Run(runCtx, cfg, src)
 	peak := mon.stop()
 	if cfg.Progress != nil {
 		fmt.Fprintln(stderr)
 	}
 	if res.Start.Line > 0 && !*quiet {
-		fmt.Fprintf(stderr, "icesink: sink %q resumed after input line %d (epoch %d was committed)\n", *sinkID, res.Start.Line, res.Start.Epoch)
+		if kf.enabled() {
+			fmt.Fprintf(stderr, "icesink: sink %q resumed at the offsets of epoch %d (%s)\n", *sinkID, res.Start.Epoch, formatOffsets(res.Start.Offsets))
+		} else {
+			fmt.Fprintf(stderr, "icesink: sink %q resumed after input line %d (epoch %d was committed)\n", *sinkID, res.Start.Line, res.Start.Epoch)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("%w\n(input up to line %d, epoch %d, is committed; %d commits by this run; the uncommitted window was discarded)",

@@ -1,0 +1,358 @@
+// Package kafka is the sink's Kafka source: it consumes every partition of
+// a topic with franz-go, decodes each record's value with the changelog
+// decoders (one message, one event), ends checkpoints on a timer, and
+// tracks the next offset of every partition, which the sink records in each
+// commit's snapshot summary (icesink.kafka.TOPIC.PARTITION) and seeks back
+// to on restart: the table, not the consumer group, holds the offsets, so a
+// restart after kill -9 neither loses nor repeats a record.
+//
+// A consumer group, when named, only receives the committed offsets after
+// each Iceberg commit, for lag monitoring; it does not assign partitions.
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/icesink/icesink/changelog"
+	"github.com/icesink/icesink/commit"
+)
+
+// PropPrefix prefixes the snapshot summary properties holding the offsets:
+// icesink.kafka.TOPIC.PARTITION = the next offset to read.
+const PropPrefix = commit.PropOffsetPrefix
+
+// Start says where a partition with no committed offset is read from.
+type Start uint8
+
+// The start positions.
+const (
+	Earliest Start = iota // the partition's first retained record
+	Latest                // records produced after the first run starts
+)
+
+// Config configures a Source.
+type Config struct {
+	Brokers []string
+	Topic   string
+	// Group, when set, receives the offsets of every Iceberg commit
+	// (Source.Committed), for lag monitoring. It never decides where the
+	// source reads: the table does.
+	Group string
+	// Start is where partitions the table holds no offset for begin.
+	Start Start
+	// CheckpointInterval ends a checkpoint (a barrier record) this long
+	// after the last one, also when no record arrives. 0: no timer.
+	CheckpointInterval time.Duration
+	// StopAtEnd ends the input (io.EOF) once every partition is read up to
+	// the end offsets it had when Seek ran: a backfill, or a test.
+	StopAtEnd bool
+	// Stop, when closed, ends the input after the records already handed
+	// out (a graceful stop: the sink commits them).
+	Stop <-chan struct{}
+	// Options are further franz-go client options (TLS, SASL, ...).
+	Options []kgo.Opt
+}
+
+// Decoder decodes one message; *changelog.Decoder is one.
+type Decoder interface {
+	DecodeMessage(msg []byte) (rec changelog.Record, skip bool, err error)
+}
+
+// Source reads one topic for the sink (sink.OffsetSource). Next, Seek and
+// Offsets are called from one goroutine; Committed and Lag from any.
+type Source struct {
+	cfg  Config
+	dec  Decoder
+	cl   *kgo.Client
+	adm  *kadm.Client
+	next map[int32]int64 // partition -> next offset to hand out
+	end  map[int32]int64 // StopAtEnd: the end offsets at Seek
+	// buf holds the polled records not handed out yet.
+	buf      []*kgo.Record
+	count    int64 // records handed out, counting earlier runs' (icesink.input-position)
+	barrier  time.Time
+	mu       sync.Mutex
+	high     map[int32]int64 // the latest high watermark seen per partition
+	commitMu sync.Mutex      // one group offset commit at a time
+}
+
+// Open connects to the brokers; reading starts at Seek.
+func Open(ctx context.Context, cfg Config, dec Decoder) (*Source, error) {
+	if len(cfg.Brokers) == 0 || cfg.Topic == "" {
+		return nil, errors.New("kafka: brokers and a topic are required")
+	}
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ClientID("icesink"),
+		kgo.FetchMaxWait(500 * time.Millisecond),
+		// Records of aborted transactions never reach the table.
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	}, cfg.Options...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: connecting to %s: %w", strings.Join(cfg.Brokers, ","), err)
+	}
+	return &Source{cfg: cfg, dec: dec, cl: cl, adm: kadm.NewClient(cl), high: map[int32]int64{}}, nil
+}
+
+// Close disconnects.
+func (s *Source) Close() { s.cl.Close() }
+
+// Identity names the input in every commit ("kafka:TOPIC"); a sink resumed
+// on another input is refused.
+func (s *Source) Identity() string { return "kafka:" + s.cfg.Topic }
+
+// prop is the summary property of partition p's offset.
+func (s *Source) prop(p int32) string {
+	return PropPrefix + s.cfg.Topic + "." + strconv.Itoa(int(p))
+}
+
+// Seek starts reading: each partition at the offset props (the icesink.*
+// properties of the sink's last commit) hold for it, the others at
+// Config.Start. props[icesink.input-position] continues the record count.
+func (s *Source) Seek(ctx context.Context, props map[string]string, position int64) error {
+	ends, err := s.adm.ListEndOffsets(ctx, s.cfg.Topic)
+	if err != nil {
+		return fmt.Errorf("kafka: listing the partitions of topic %q: %w", s.cfg.Topic, err)
+	}
+	if err := ends.Error(); err != nil {
+		return fmt.Errorf("kafka: listing the partitions of topic %q: %w", s.cfg.Topic, err)
+	}
+	starts, err := s.adm.ListStartOffsets(ctx, s.cfg.Topic)
+	if err != nil {
+		return fmt.Errorf("kafka: listing the start offsets of topic %q: %w", s.cfg.Topic, err)
+	}
+	s.next, s.end = map[int32]int64{}, map[int32]int64{}
+	assign := map[int32]kgo.Offset{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Topic != s.cfg.Topic {
+			return
+		}
+		s.end[o.Partition] = o.Offset
+		s.high[o.Partition] = o.Offset
+	})
+	if len(s.end) == 0 {
+		return fmt.Errorf("kafka: topic %q has no partitions (does it exist?)", s.cfg.Topic)
+	}
+	for p, end := range s.end {
+		v, ok := props[s.prop(p)]
+		var off int64
+		switch {
+		case ok:
+			off, err = strconv.ParseInt(v, 10, 64)
+			if err != nil || off < 0 {
+				return fmt.Errorf("kafka: the table's %s = %q is not an offset", s.prop(p), v)
+			}
+			if start, ok := starts.Lookup(s.cfg.Topic, p); ok && start.Err == nil && off < start.Offset {
+				// Records the sink never read are gone: the table cannot
+				// equal the stream any more.
+				return fmt.Errorf("kafka: topic %q partition %d: the table holds the records before offset %d, but the partition starts at %d now (retention deleted %d records the sink never read)",
+					s.cfg.Topic, p, off, start.Offset, start.Offset-off)
+			}
+		case s.cfg.Start == Latest:
+			off = end
+		default:
+			if start, ok := starts.Lookup(s.cfg.Topic, p); ok && start.Err == nil {
+				off = start.Offset
+			}
+		}
+		s.next[p] = off
+		assign[p] = kgo.NewOffset().At(off)
+	}
+	for k := range props {
+		if rest, ok := strings.CutPrefix(k, PropPrefix+s.cfg.Topic+"."); ok {
+			if p, err := strconv.Atoi(rest); err == nil {
+				if _, ok := s.end[int32(p)]; !ok {
+					return fmt.Errorf("kafka: the table holds offsets of partition %d of topic %q, which the topic no longer has", p, s.cfg.Topic)
+				}
+			}
+		}
+	}
+	s.count = position
+	s.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{s.cfg.Topic: assign})
+	s.barrier = time.Now().Add(s.cfg.CheckpointInterval)
+	return nil
+}
+
+// Offsets returns the summary properties of the records handed out so far:
+// every partition's next offset.
+func (s *Source) Offsets() map[string]string {
+	out := make(map[string]string, len(s.next))
+	for p, off := range s.next {
+		out[s.prop(p)] = strconv.FormatInt(off, 10)
+	}
+	return out
+}
+
+// caughtUp reports whether StopAtEnd's end offsets are all read.
+func (s *Source) caughtUp() bool {
+	for p, end := range s.end {
+		if s.next[p] < end {
+			return false
+		}
+	}
+	return true
+}
+
+// stopped reports whether Config.Stop is closed.
+func (s *Source) stopped() bool {
+	select {
+	case <-s.cfg.Stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// Next returns the next record: a change, or a barrier when the checkpoint
+// interval has passed. It returns io.EOF on Stop, or with StopAtEnd once
+// caught up. A bad message fails with its topic, partition and offset.
+func (s *Source) Next() (changelog.Record, error) {
+	if s.next == nil {
+		return changelog.Record{}, errors.New("kafka: Next before Seek")
+	}
+	for {
+		if s.cfg.CheckpointInterval > 0 && !time.Now().Before(s.barrier) {
+			s.barrier = time.Now().Add(s.cfg.CheckpointInterval)
+			return changelog.Record{Barrier: true, Line: s.count}, nil
+		}
+		for len(s.buf) > 0 {
+			r := s.buf[0]
+			s.buf = s.buf[1:]
+			if r.Offset < s.next[r.Partition] {
+				continue // a refetch of what was handed out
+			}
+			s.next[r.Partition] = r.Offset + 1
+			s.count++
+			if r.Value == nil {
+				continue // a tombstone: compaction's marker, no change
+			}
+			rec, skip, err := s.dec.DecodeMessage(r.Value)
+			if err != nil {
+				return changelog.Record{}, fmt.Errorf("kafka: topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
+			}
+			if skip {
+				continue
+			}
+			rec.Line = s.count
+			return rec, nil
+		}
+		if s.stopped() || s.cfg.StopAtEnd && s.caughtUp() {
+			return changelog.Record{}, io.EOF
+		}
+		if err := s.poll(); err != nil {
+			return changelog.Record{}, err
+		}
+	}
+}
+
+// poll fetches records into buf, waiting at most until the next barrier
+// (or a second, to notice Stop).
+func (s *Source) poll() error {
+	wait := time.Second
+	if s.cfg.CheckpointInterval > 0 {
+		wait = min(wait, max(time.Until(s.barrier), time.Millisecond))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if s.cfg.Stop != nil {
+		go func() {
+			select {
+			case <-s.cfg.Stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	fs := s.cl.PollFetches(ctx)
+	var err error
+	fs.EachError(func(topic string, p int32, e error) {
+		if errors.Is(e, context.DeadlineExceeded) || errors.Is(e, context.Canceled) {
+			return
+		}
+		if err == nil {
+			err = fmt.Errorf("kafka: fetching topic %s partition %d: %w", topic, p, e)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	fs.EachPartition(func(p kgo.FetchTopicPartition) {
+		if p.HighWatermark > s.high[p.Partition] {
+			s.high[p.Partition] = p.HighWatermark
+		}
+	})
+	s.mu.Unlock()
+	s.buf = fs.Records()
+	return nil
+}
+
+// Committed tells the consumer group (Config.Group) the offsets an Iceberg
+// commit recorded, for lag monitoring; without a group it does nothing.
+func (s *Source) Committed(ctx context.Context, props map[string]string) error {
+	if s.cfg.Group == "" {
+		return nil
+	}
+	offs := kadm.Offsets{}
+	for _, p := range slices.Sorted(maps.Keys(props)) {
+		rest, ok := strings.CutPrefix(p, PropPrefix+s.cfg.Topic+".")
+		if !ok {
+			continue
+		}
+		part, err1 := strconv.Atoi(rest)
+		off, err2 := strconv.ParseInt(props[p], 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		offs.Add(kadm.Offset{Topic: s.cfg.Topic, Partition: int32(part), At: off, LeaderEpoch: -1})
+	}
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	resp, err := s.adm.CommitOffsets(ctx, s.cfg.Group, offs)
+	if err == nil {
+		resp.EachError(func(o kadm.OffsetResponse) {
+			if err == nil {
+				err = fmt.Errorf("partition %d: %w", o.Partition, o.Err)
+			}
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("kafka: committing offsets to group %q: %w", s.cfg.Group, err)
+	}
+	return nil
+}
+
+// Lag returns, per partition, the records between the latest high
+// watermark seen and the next offset to hand out.
+func (s *Source) Lag(next map[string]string) map[int32]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[int32]int64, len(s.high))
+	for p, h := range s.high {
+		off, _ := strconv.ParseInt(next[s.prop(p)], 10, 64)
+		out[p] = max(h-off, 0)
+	}
+	return out
+}
+
+// Skip is refused: a Kafka source resumes at the offsets the table holds
+// (Seek), not after a count of lines.
+func (s *Source) Skip(n int64) error {
+	if n == 0 {
+		return nil
+	}
+	return errors.New("kafka: a Kafka source resumes at offsets (Seek), not after lines")
+}

@@ -1,0 +1,249 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/icesink/icesink/changelog"
+	"github.com/icesink/icesink/kafka"
+)
+
+var schema = iceberg.NewSchemaWithIdentifiers(1, []int{1},
+	iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true},
+	iceberg.NestedField{ID: 2, Name: "v", Type: iceberg.PrimitiveTypes.String},
+)
+
+// cluster starts an in-process Kafka broker with topic "t" of parts
+// partitions, and a client producing to it.
+func cluster(t *testing.T, parts int32) (*kfake.Cluster, *kgo.Client) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("t"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return c, cl
+}
+
+// produce sends one record per value (nil: a tombstone) to partition
+// key%parts, keyed by key.
+func produce(t *testing.T, cl *kgo.Client, keys []int64, values [][]byte) {
+	t.Helper()
+	var recs []*kgo.Record
+	for i, k := range keys {
+		recs = append(recs, &kgo.Record{Key: []byte(strconv.FormatInt(k, 10)), Value: values[i], Partition: int32(k % 3)})
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func open(t *testing.T, c *kfake.Cluster, cfg kafka.Config) *kafka.Source {
+	t.Helper()
+	cfg.Brokers, cfg.Topic = c.ListenAddrs(), "t"
+	dec, err := changelog.NewDecoder(strings.NewReader(""), changelog.ChangelogJSON, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := kafka.Open(context.Background(), cfg, dec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+// readAll reads until io.EOF and returns the ids of the changes, and the
+// barriers seen.
+func readAll(t *testing.T, s *kafka.Source) (ids []int64, barriers int) {
+	t.Helper()
+	for {
+		rec, err := s.Next()
+		if err == io.EOF {
+			return ids, barriers
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Barrier {
+			barriers++
+			continue
+		}
+		for _, ch := range rec.Changes {
+			ids = append(ids, ch.Row[0].(int64))
+		}
+	}
+}
+
+func line(id int64) []byte {
+	return fmt.Appendf(nil, `{"op":"+I","data":{"id":%d,"v":"x%d"}}`, id, id)
+}
+
+// The source reads every partition to the end, skips tombstones, and a
+// second source seeking to the first one's offsets reads only what was
+// produced after: no record lost or read twice.
+func TestSourceResumesAtOffsets(t *testing.T) {
+	c, cl := cluster(t, 3)
+	var keys []int64
+	var vals [][]byte
+	for i := range int64(300) {
+		keys = append(keys, i)
+		if i%10 == 9 {
+			vals = append(vals, nil) // a tombstone
+		} else {
+			vals = append(vals, line(i))
+		}
+	}
+	produce(t, cl, keys, vals)
+
+	s := open(t, c, kafka.Config{StopAtEnd: true})
+	if err := s.Seek(context.Background(), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := readAll(t, s)
+	if len(ids) != 270 {
+		t.Fatalf("read %d changes, want 270 (300 records, 30 tombstones)", len(ids))
+	}
+	offsets := s.Offsets()
+	want := map[string]string{"icesink.kafka.t.0": "100", "icesink.kafka.t.1": "100", "icesink.kafka.t.2": "100"}
+	if !maps.Equal(offsets, want) {
+		t.Fatalf("offsets %v, want %v", offsets, want)
+	}
+	rec, err := s.Next()
+	if err != io.EOF {
+		t.Fatalf("after the end: %v %v", rec, err)
+	}
+
+	keys, vals = nil, nil
+	for i := int64(1000); i < 1030; i++ {
+		keys, vals = append(keys, i), append(vals, line(i))
+	}
+	produce(t, cl, keys, vals)
+	s2 := open(t, c, kafka.Config{StopAtEnd: true})
+	if err := s2.Seek(context.Background(), offsets, 300); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ = readAll(t, s2)
+	if len(ids) != 30 {
+		t.Fatalf("resumed source read %d changes, want the 30 new ones", len(ids))
+	}
+	for _, id := range ids {
+		if id < 1000 {
+			t.Fatalf("resumed source read record %d again", id)
+		}
+	}
+	if got := s2.Offsets()["icesink.kafka.t.1"]; got != "110" {
+		t.Fatalf("partition 1 offset %s, want 110", got)
+	}
+}
+
+// A bad message fails with its topic, partition and offset and the field.
+func TestSourceNamesBadMessage(t *testing.T) {
+	c, cl := cluster(t, 3)
+	produce(t, cl, []int64{0, 3, 6}, [][]byte{line(0), []byte(`{"op":"+I","data":{"id":"x"}}`), line(6)})
+	s := open(t, c, kafka.Config{StopAtEnd: true})
+	if err := s.Seek(context.Background(), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Next(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := s.Next()
+	var me *changelog.MessageError
+	if !errors.As(err, &me) || !errors.Is(err, changelog.ErrType) || !strings.Contains(err.Error(), "topic t partition 0 offset 1: field \"id\"") {
+		t.Fatalf("error %v, want one naming topic t partition 0 offset 1 and field id", err)
+	}
+}
+
+// Without records, the checkpoint timer still ends checkpoints; Stop ends
+// the input.
+func TestSourceBarriersWhenIdle(t *testing.T) {
+	c, _ := cluster(t, 3)
+	stop := make(chan struct{})
+	s := open(t, c, kafka.Config{CheckpointInterval: 30 * time.Millisecond, Stop: stop})
+	if err := s.Seek(context.Background(), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		rec, err := s.Next()
+		if err != nil || !rec.Barrier {
+			t.Fatalf("record %d of an idle topic: %+v %v, want a barrier", i, rec, err)
+		}
+	}
+	close(stop)
+	if _, err := s.Next(); err != io.EOF {
+		t.Fatalf("after Stop: %v, want io.EOF", err)
+	}
+}
+
+// Offsets the table holds for records that retention deleted are refused:
+// the table could not equal the stream.
+func TestSeekRefusesDeletedRecords(t *testing.T) {
+	c, cl := cluster(t, 3)
+	var keys []int64
+	var vals [][]byte
+	for i := range int64(30) {
+		keys, vals = append(keys, i), append(vals, line(i))
+	}
+	produce(t, cl, keys, vals)
+	adm := kadm.NewClient(cl)
+	del := kadm.Offsets{}
+	del.Add(kadm.Offset{Topic: "t", Partition: 1, At: 5})
+	if _, err := adm.DeleteRecords(context.Background(), del); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, c, kafka.Config{StopAtEnd: true})
+	err := s.Seek(context.Background(), map[string]string{"icesink.kafka.t.1": "2"}, 2)
+	if err == nil || !strings.Contains(err.Error(), "partition 1") || !strings.Contains(err.Error(), "starts at 5") {
+		t.Fatalf("seek below the log start: %v", err)
+	}
+	// With no offset recorded, earliest starts at the log start.
+	s2 := open(t, c, kafka.Config{StopAtEnd: true})
+	if err := s2.Seek(context.Background(), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := readAll(t, s2); len(ids) != 25 {
+		t.Fatalf("read %d, want 25 (5 deleted)", len(ids))
+	}
+}
+
+// Committed hands the table's offsets to the consumer group.
+func TestCommittedTellsGroup(t *testing.T) {
+	c, cl := cluster(t, 3)
+	produce(t, cl, []int64{0, 1, 2}, [][]byte{line(0), line(1), line(2)})
+	s := open(t, c, kafka.Config{Group: "g", StopAtEnd: true})
+	if err := s.Seek(context.Background(), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	readAll(t, s)
+	if err := s.Committed(context.Background(), s.Offsets()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := kadm.NewClient(cl).FetchOffsets(context.Background(), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := int32(0); p < 3; p++ {
+		o, ok := got.Lookup("t", p)
+		if !ok || o.At != 1 {
+			t.Errorf("group offset of partition %d: %+v, want 1", p, o)
+		}
+	}
+}
