@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -55,6 +56,37 @@ func WriterProperties(props iceberg.Properties, sc *arrow.Schema) *parquet.Write
 		wp = append(wp, parquet.WithDictionaryCostFallbackFor(f.Name, true))
 	}
 	return parquet.NewWriterProperties(wp...)
+}
+
+// CheckProperties refuses values of the write.* table properties the
+// writer honours that it could not apply (WriterProperties would fall
+// back to a default without a word): the Parquet codec, its level, the
+// page version, and the sizes, which must be positive integers.
+func CheckProperties(props iceberg.Properties) error {
+	for k, v := range props {
+		switch k {
+		case table.ParquetCompressionKey:
+			switch v {
+			case "zstd", "snappy", "gzip", "lz4raw", "uncompressed":
+			default:
+				return fmt.Errorf("table property %s=%q: want zstd, snappy, gzip, lz4raw or uncompressed", k, v)
+			}
+		case table.ParquetPageVersionKey:
+			if v != "1" && v != "2" {
+				return fmt.Errorf("table property %s=%q: want 1 or 2", k, v)
+			}
+		case table.ParquetCompressionLevelKey:
+			if _, err := strconv.Atoi(v); err != nil {
+				return fmt.Errorf("table property %s=%q: want an integer", k, v)
+			}
+		case table.ParquetRowGroupLimitKey, table.ParquetPageSizeBytesKey, table.ParquetPageRowLimitKey,
+			table.ParquetDictSizeBytesKey, table.WriteTargetFileSizeBytesKey:
+			if n, err := strconv.ParseInt(v, 10, 64); err != nil || n <= 0 {
+				return fmt.Errorf("table property %s=%q: want a positive integer", k, v)
+			}
+		}
+	}
+	return nil
 }
 
 // countingWriter counts the bytes that reach the file. The encoder

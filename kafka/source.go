@@ -85,6 +85,7 @@ type Source struct {
 	barrier  time.Time
 	mu       sync.Mutex
 	high     map[int32]int64 // the latest high watermark seen per partition
+	done     map[int32]int64 // the offsets of the last Iceberg commit
 	commitMu sync.Mutex      // one group offset commit at a time
 }
 
@@ -104,7 +105,7 @@ func Open(ctx context.Context, cfg Config, dec Decoder) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: connecting to %s: %w", strings.Join(cfg.Brokers, ","), err)
 	}
-	return &Source{cfg: cfg, dec: dec, cl: cl, adm: kadm.NewClient(cl), high: map[int32]int64{}}, nil
+	return &Source{cfg: cfg, dec: dec, cl: cl, adm: kadm.NewClient(cl), high: map[int32]int64{}, done: map[int32]int64{}}, nil
 }
 
 // Close disconnects.
@@ -136,6 +137,7 @@ func (s *Source) Seek(ctx context.Context, props map[string]string, position int
 	}
 	s.next, s.end = map[int32]int64{}, map[int32]int64{}
 	assign := map[int32]kgo.Offset{}
+	s.mu.Lock()
 	ends.Each(func(o kadm.ListedOffset) {
 		if o.Topic != s.cfg.Topic {
 			return
@@ -143,6 +145,7 @@ func (s *Source) Seek(ctx context.Context, props map[string]string, position int
 		s.end[o.Partition] = o.Offset
 		s.high[o.Partition] = o.Offset
 	})
+	s.mu.Unlock()
 	if len(s.end) == 0 {
 		return fmt.Errorf("kafka: topic %q has no partitions (does it exist?)", s.cfg.Topic)
 	}
@@ -181,6 +184,9 @@ func (s *Source) Seek(ctx context.Context, props map[string]string, position int
 		}
 	}
 	s.count = position
+	s.mu.Lock()
+	s.done = maps.Clone(s.next)
+	s.mu.Unlock()
 	s.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{s.cfg.Topic: assign})
 	s.barrier = time.Now().Add(s.cfg.CheckpointInterval)
 	return nil
@@ -300,13 +306,11 @@ func (s *Source) poll() error {
 	return nil
 }
 
-// Committed tells the consumer group (Config.Group) the offsets an Iceberg
-// commit recorded, for lag monitoring; without a group it does nothing.
+// Committed records the offsets an Iceberg commit holds (for Lag) and
+// tells them to the consumer group (Config.Group), for lag monitoring.
 func (s *Source) Committed(ctx context.Context, props map[string]string) error {
-	if s.cfg.Group == "" {
-		return nil
-	}
 	offs := kadm.Offsets{}
+	s.mu.Lock()
 	for _, p := range slices.Sorted(maps.Keys(props)) {
 		rest, ok := strings.CutPrefix(p, PropPrefix+s.cfg.Topic+".")
 		if !ok {
@@ -317,7 +321,12 @@ func (s *Source) Committed(ctx context.Context, props map[string]string) error {
 		if err1 != nil || err2 != nil {
 			continue
 		}
+		s.done[int32(part)] = off
 		offs.Add(kadm.Offset{Topic: s.cfg.Topic, Partition: int32(part), At: off, LeaderEpoch: -1})
+	}
+	s.mu.Unlock()
+	if s.cfg.Group == "" {
+		return nil
 	}
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
@@ -335,15 +344,15 @@ func (s *Source) Committed(ctx context.Context, props map[string]string) error {
 	return nil
 }
 
-// Lag returns, per partition, the records between the latest high
-// watermark seen and the next offset to hand out.
-func (s *Source) Lag(next map[string]string) map[int32]int64 {
+// Lag returns, per partition, how many records the table is behind the
+// topic: from the offset of the last Iceberg commit (Committed; at start,
+// the offset resumed from) to the latest high watermark seen.
+func (s *Source) Lag() map[int32]int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make(map[int32]int64, len(s.high))
 	for p, h := range s.high {
-		off, _ := strconv.ParseInt(next[s.prop(p)], 10, 64)
-		out[p] = max(h-off, 0)
+		out[p] = max(h-s.done[p], 0)
 	}
 	return out
 }

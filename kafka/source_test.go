@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/apache/iceberg-go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -244,6 +245,51 @@ func TestCommittedTellsGroup(t *testing.T) {
 		o, ok := got.Lookup("t", p)
 		if !ok || o.At != 1 {
 			t.Errorf("group offset of partition %d: %+v, want 1", p, o)
+		}
+	}
+}
+
+// The lag metric counts the records not committed to the table yet.
+func TestLagMetric(t *testing.T) {
+	c, cl := cluster(t, 3)
+	var keys []int64
+	var vals [][]byte
+	for i := range int64(30) {
+		keys, vals = append(keys, i), append(vals, line(i))
+	}
+	produce(t, cl, keys, vals)
+	s := open(t, c, kafka.Config{StopAtEnd: true})
+	if err := s.Seek(context.Background(), map[string]string{"icesink.kafka.t.0": "4"}, 4); err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(s.Collector())
+	lag := func() map[string]float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				out[mf.GetName()+"/"+m.GetLabel()[0].GetValue()] += m.GetGauge().GetValue()
+			}
+		}
+		return out
+	}
+	if got := lag()["icesink_kafka_lag_records/0"]; got != 6 {
+		t.Fatalf("partition 0 lag %v after resuming at 4 of 10, want 6", got)
+	}
+	readAll(t, s)
+	if err := s.Committed(context.Background(), s.Offsets()); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"0", "1", "2"} {
+		if got := lag()["icesink_kafka_lag_records/"+p]; got != 0 {
+			t.Errorf("partition %s lag %v after committing all, want 0", p, got)
+		}
+		if got := lag()["icesink_kafka_committed_offset/"+p]; got != 10 {
+			t.Errorf("partition %s committed offset %v, want 10", p, got)
 		}
 	}
 }

@@ -211,6 +211,9 @@ type Progress struct {
 	Commits int   // epochs committed by this run
 	Epoch   uint64
 	Elapsed time.Duration
+	// LastCommit is the position of the last commit of the in-process
+	// coordinator (zero before the first, and with a remote coordinator).
+	LastCommit Position
 }
 
 // Position is where a sink's committed state ends.
@@ -912,7 +915,7 @@ func route_(ctx context.Context, cfg Config, src Source, writers []*writer, rout
 			return
 		}
 		if ec != nil { // in process: the commits so far (a remote coordinator's show at the end)
-			_, res.Commits = ec.committed()
+			res.LastCommit, res.Commits = ec.committed()
 		}
 		cfg.Progress(res.Progress)
 	}

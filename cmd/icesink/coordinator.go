@@ -39,7 +39,8 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	var secf securityFlags
 	secf.register(fs, true)
 	verbose := fs.Bool("v", false, "log the coordinator's decisions (writers joining and leaving, epochs committed, aborts) to stderr")
-	if err := parseFlags(fs, args); err != nil {
+	config := registerConfig(fs)
+	if err := parseFlagsAndConfig(fs, args, config); err != nil {
 		return err
 	}
 	if err := tf.check(); err != nil {

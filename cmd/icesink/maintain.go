@@ -36,7 +36,8 @@ func cmdMaintain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	cf.register(fs, false)
 	var rf retentionFlags
 	rf.register(fs)
-	if err := parseFlags(fs, args); err != nil {
+	config := registerConfig(fs)
+	if err := parseFlagsAndConfig(fs, args, config); err != nil {
 		return err
 	}
 	if err := tf.check(); err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/icesink/icesink/coordinator"
 	"github.com/icesink/icesink/coordinator/coordgrpc"
 	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/kafka"
 	"github.com/icesink/icesink/sink"
 	"github.com/icesink/icesink/warehouse"
 )
@@ -95,7 +96,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus metrics (icesink_*, Go runtime, process) at http://`HOST:PORT`/metrics while the run lasts")
 	logFormat := fs.String("log-format", "text", "`FORMAT` of log lines (the commit log without a terminal, the coordinator's warnings): text or json")
 	stats := fs.Bool("stats", false, "print the writer's statistics at the end")
-	if err := parseFlags(fs, args); err != nil {
+	config := registerConfig(fs)
+	if err := parseFlagsAndConfig(fs, args, config); err != nil {
 		return err
 	}
 	if err := tf.check(); err != nil {
@@ -201,17 +203,20 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := deltawriter.CheckTable(tbl.Schema(), &ps); err != nil {
 		return fmt.Errorf("table %s: %w", tf.table, err)
 	}
+	if err := deltawriter.CheckProperties(tbl.Properties()); err != nil {
+		return fmt.Errorf("table %s: %w", tf.table, err)
+	}
 	dec, err := changelog.NewDecoder(in, fmtv, tbl.Schema(), changelog.WithDebezium(dbz))
 	if err != nil {
 		return fmt.Errorf("table %s: %w", tf.table, err)
 	}
 	var src sink.Source = dec
 	runCtx := ctx
+	var ksrc *kafka.Source
 	if kf.enabled() {
 		// The first SIGINT or SIGTERM ends the input: the records read so
 		// far are committed and the run exits 0. A second one kills.
-		ksrc, err := kf.open(ctx, dec, ctx.Done())
-		if err != nil {
+		if ksrc, err = kf.open(ctx, dec, ctx.Done()); err != nil {
 			return err
 		}
 		defer ksrc.Close()
@@ -288,6 +293,11 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		}
 		defer stop()
 		cfg.Registerer = reg
+		if ksrc != nil {
+			if err := reg.Register(ksrc.Collector()); err != nil {
+				return fmt.Errorf("registering the Kafka source's metrics: %w", err)
+			}
+		}
 	}
 	mon := startMonitor()
 	res, err := sink.Run(runCtx, cfg, src)
@@ -331,12 +341,15 @@ func parseSize(s string) (int64, error) {
 type specFlags struct {
 	schema, partition string
 	version           int
+	props             propertyFlag
 }
 
 func (f *specFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.schema, "schema", "", "Iceberg schema `FILE` (the spec's JSON form); required to create the table")
 	fs.StringVar(&f.partition, "partition-spec", "", "Iceberg partition spec `FILE` (JSON) for a new table; default unpartitioned")
 	fs.IntVar(&f.version, "format-version", 2, "Iceberg format `VERSION` of a new table: 2 (position-delete files) or 3 (deletion vectors)")
+	f.props = propertyFlag{}
+	fs.Var(f.props, "property", "table property `KEY=VALUE` of a new table (repeatable), e.g. write.parquet.compression-codec=snappy; the writer honours write.target-file-size-bytes and write.parquet.{compression-codec,compression-level,row-group-limit,page-size-bytes,page-row-limit,dict-size-bytes,page-version}")
 }
 
 // spec reads the files the flags name (none: an empty spec, which only
@@ -346,7 +359,17 @@ func (f *specFlags) spec() (warehouse.TableSpec, error) {
 	if f.version != 2 && f.version != 3 {
 		return spec, fmt.Errorf("%w: --format-version %d: icesink writes format 2 or 3", errUsage, f.version)
 	}
-	spec.Properties = iceberg.Properties{"format-version": strconv.Itoa(f.version)}
+	spec.Properties = iceberg.Properties{}
+	for k, v := range f.props {
+		spec.Properties[k] = v
+	}
+	if v, ok := f.props["format-version"]; ok && v != strconv.Itoa(f.version) {
+		return spec, fmt.Errorf("%w: --property format-version=%s: give --format-version instead", errUsage, v)
+	}
+	spec.Properties["format-version"] = strconv.Itoa(f.version)
+	if err := deltawriter.CheckProperties(spec.Properties); err != nil {
+		return spec, fmt.Errorf("%w: --property: %v", errUsage, err)
+	}
 	if f.schema != "" {
 		var err error
 		if spec.Schema, err = readSchema(f.schema); err != nil {
@@ -430,7 +453,11 @@ func commitLog(l *slog.Logger) func(sink.Progress) {
 		}
 		commits = p.Commits
 		rate := float64(p.Changes) / max(p.Elapsed.Seconds(), 1e-9)
-		l.Info("committed", "commits", p.Commits, "read_lines", p.Line, "changes", p.Changes, "changes_per_s", int64(rate))
+		attrs := []any{"commits", p.Commits, "epoch", p.LastCommit.Epoch, "read_lines", p.Line, "changes", p.Changes, "changes_per_s", int64(rate)}
+		if p.LastCommit.Offsets != nil {
+			attrs = append(attrs, "offsets", formatOffsets(p.LastCommit.Offsets))
+		}
+		l.Info("committed", attrs...)
 	}
 }
 
