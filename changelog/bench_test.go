@@ -2,6 +2,7 @@ package changelog
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"strconv"
 	"testing"
@@ -65,4 +66,44 @@ func BenchmarkDecodeChangelogJSON(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(rows)*float64(b.N)/b.Elapsed().Seconds(), "rows/s")
+}
+
+// BenchmarkDecodeMessage decodes the same changelog-json events as lines
+// of a stream and as separate messages (a Kafka record's value each):
+// the per-record cost of the Kafka input's decoding against the file's.
+func BenchmarkDecodeMessage(b *testing.B) {
+	var buf bytes.Buffer
+	var msgs [][]byte
+	for i := range 10000 {
+		m := fmt.Appendf(nil, `{"op":"+U","data":{"id":%d,"name":"n%d","v":%d}}`, i, i%50, i*7)
+		msgs = append(msgs, m)
+		buf.Write(m)
+		buf.WriteByte('\n')
+	}
+	sc := iceberg.NewSchemaWithIdentifiers(0, []int{1},
+		iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true},
+		iceberg.NestedField{ID: 2, Name: "name", Type: iceberg.PrimitiveTypes.String},
+		iceberg.NestedField{ID: 3, Name: "v", Type: iceberg.PrimitiveTypes.Int64, Required: true})
+	b.Run("lines", func(b *testing.B) {
+		for b.Loop() {
+			dec, _ := NewDecoder(bytes.NewReader(buf.Bytes()), ChangelogJSON, sc)
+			for {
+				if _, err := dec.Next(); err != nil {
+					break
+				}
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(msgs)), "ns/record")
+	})
+	b.Run("messages", func(b *testing.B) {
+		dec, _ := NewDecoder(bytes.NewReader(nil), ChangelogJSON, sc)
+		for b.Loop() {
+			for _, m := range msgs {
+				if _, _, err := dec.DecodeMessage(m); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(msgs)), "ns/record")
+	})
 }

@@ -52,8 +52,10 @@ type Config struct {
 	Group string
 	// Start is where partitions the table holds no offset for begin.
 	Start Start
-	// CheckpointInterval ends a checkpoint (a barrier record) this long
-	// after the last one, also when no record arrives. 0: no timer.
+	// CheckpointInterval ends a checkpoint (a barrier record) at every
+	// multiple of it on the wall clock, also when no record arrives, so
+	// that processes sharing a topic end theirs at the same moments.
+	// 0: no timer.
 	CheckpointInterval time.Duration
 	// StopAtEnd ends the input (io.EOF) once every partition is read up to
 	// the end offsets it had when Seek ran: a backfill, or a test.
@@ -61,6 +63,11 @@ type Config struct {
 	// Stop, when closed, ends the input after the records already handed
 	// out (a graceful stop: the sink commits them).
 	Stop <-chan struct{}
+	// Partitions, when set, restricts the source to these partitions (the
+	// ones a Membership assigned to this process), and each record's vnode
+	// is its partition (Vnode): the sink's coordinator then aligns the
+	// processes by partition. nil: every partition, records routed by key.
+	Partitions []int32
 	// Options are further franz-go client options (TLS, SASL, ...).
 	Options []kgo.Opt
 }
@@ -83,6 +90,8 @@ type Source struct {
 	buf      []*kgo.Record
 	count    int64 // records handed out, counting earlier runs' (icesink.input-position)
 	barrier  time.Time
+	last     int32 // the partition of the record Next returned last
+	nparts   int   // the topic's partition count
 	mu       sync.Mutex
 	high     map[int32]int64 // the latest high watermark seen per partition
 	done     map[int32]int64 // the offsets of the last Iceberg commit
@@ -138,16 +147,26 @@ func (s *Source) Seek(ctx context.Context, props map[string]string, position int
 	s.next, s.end = map[int32]int64{}, map[int32]int64{}
 	assign := map[int32]kgo.Offset{}
 	s.mu.Lock()
+	s.nparts = 0
 	ends.Each(func(o kadm.ListedOffset) {
 		if o.Topic != s.cfg.Topic {
+			return
+		}
+		s.nparts++
+		if s.cfg.Partitions != nil && !slices.Contains(s.cfg.Partitions, o.Partition) {
 			return
 		}
 		s.end[o.Partition] = o.Offset
 		s.high[o.Partition] = o.Offset
 	})
 	s.mu.Unlock()
-	if len(s.end) == 0 {
+	if s.nparts == 0 {
 		return fmt.Errorf("kafka: topic %q has no partitions (does it exist?)", s.cfg.Topic)
+	}
+	for _, p := range s.cfg.Partitions {
+		if _, ok := s.end[p]; !ok {
+			return fmt.Errorf("kafka: topic %q has no partition %d", s.cfg.Topic, p)
+		}
 	}
 	for p, end := range s.end {
 		v, ok := props[s.prop(p)]
@@ -177,19 +196,27 @@ func (s *Source) Seek(ctx context.Context, props map[string]string, position int
 	for k := range props {
 		if rest, ok := strings.CutPrefix(k, PropPrefix+s.cfg.Topic+"."); ok {
 			if p, err := strconv.Atoi(rest); err == nil {
-				if _, ok := s.end[int32(p)]; !ok {
+				if p >= s.nparts {
 					return fmt.Errorf("kafka: the table holds offsets of partition %d of topic %q, which the topic no longer has", p, s.cfg.Topic)
 				}
 			}
 		}
 	}
-	s.count = position
+	s.count, s.buf = position, nil
 	s.mu.Lock()
 	s.done = maps.Clone(s.next)
 	s.mu.Unlock()
 	s.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{s.cfg.Topic: assign})
-	s.barrier = time.Now().Add(s.cfg.CheckpointInterval)
+	s.barrier = s.nextBarrier()
 	return nil
+}
+
+// nextBarrier is the next multiple of the checkpoint interval.
+func (s *Source) nextBarrier() time.Time {
+	if s.cfg.CheckpointInterval <= 0 {
+		return time.Time{}
+	}
+	return time.Now().Truncate(s.cfg.CheckpointInterval).Add(s.cfg.CheckpointInterval)
 }
 
 // Offsets returns the summary properties of the records handed out so far:
@@ -231,7 +258,7 @@ func (s *Source) Next() (changelog.Record, error) {
 	}
 	for {
 		if s.cfg.CheckpointInterval > 0 && !time.Now().Before(s.barrier) {
-			s.barrier = time.Now().Add(s.cfg.CheckpointInterval)
+			s.barrier = s.nextBarrier()
 			return changelog.Record{Barrier: true, Line: s.count}, nil
 		}
 		for len(s.buf) > 0 {
@@ -241,6 +268,7 @@ func (s *Source) Next() (changelog.Record, error) {
 				continue // a refetch of what was handed out
 			}
 			s.next[r.Partition] = r.Offset + 1
+			s.last = r.Partition
 			s.count++
 			if r.Value == nil {
 				continue // a tombstone: compaction's marker, no change
@@ -249,7 +277,10 @@ func (s *Source) Next() (changelog.Record, error) {
 			if err != nil {
 				return changelog.Record{}, fmt.Errorf("kafka: topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
 			}
-			if skip {
+			if skip || rec.Barrier && s.cfg.Partitions != nil {
+				// A barrier message in one partition is no barrier for
+				// the processes reading the others: the timer ends
+				// their checkpoints together.
 				continue
 			}
 			rec.Line = s.count
@@ -356,6 +387,27 @@ func (s *Source) Lag() map[int32]int64 {
 	}
 	return out
 }
+
+// Restrict limits the source to partitions (Config.Partitions); call it
+// before Seek.
+func (s *Source) Restrict(partitions []int32) { s.cfg.Partitions = slices.Clone(partitions) }
+
+// PartitionVnodes returns the topic's partition count when the source is
+// restricted to assigned partitions (Config.Partitions), whose records are
+// routed by partition; 0 when records are routed by key. Valid after Seek.
+func (s *Source) PartitionVnodes() int {
+	if s.cfg.Partitions == nil {
+		return 0
+	}
+	return s.nparts
+}
+
+// Vnode returns the vnode of the record Next returned last: its partition.
+func (s *Source) Vnode() int { return int(s.last) }
+
+// RoutesByPartition reports whether records are routed by partition
+// (Config.Partitions) rather than by key.
+func (s *Source) RoutesByPartition() bool { return s.cfg.Partitions != nil }
 
 // Skip is refused: a Kafka source resumes at the offsets the table holds
 // (Seek), not after a count of lines.

@@ -62,6 +62,21 @@ type OffsetSource interface {
 	Identity() string
 }
 
+// partitionedSource is an OffsetSource whose records carry their vnode: a
+// Kafka source restricted to the partitions a consumer group assigned to
+// this process, where vnode = partition. A key must then stay in one
+// partition, and each writer's key index holds the whole table (the rows
+// of a vnode cannot be told from the key).
+type partitionedSource interface {
+	OffsetSource
+	// RoutesByPartition reports whether records carry their vnode.
+	RoutesByPartition() bool
+	// PartitionVnodes is the vnode (partition) count, known after Seek.
+	PartitionVnodes() int
+	// Vnode is the vnode of the record Next returned last.
+	Vnode() int
+}
+
 // committedNotifier is an OffsetSource told of each commit (a Kafka
 // source commits the offsets to its consumer group, for monitoring).
 type committedNotifier interface {
@@ -418,8 +433,10 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 		}
 		// Every writer reads the whole input and ends the epoch at the same
 		// line; if they disagree, the resume position would skip or repeat
-		// some writer's lines, so nothing is committed.
-		if len(ps) > 0 && p.InputPosition != ps[0].InputPosition {
+		// some writer's lines, so nothing is committed. (A partitioned
+		// input's processes read their own partitions: the offsets say
+		// where each resumes.)
+		if len(ps) > 0 && p.InputPosition != ps[0].InputPosition && len(p.InputOffsets) == 0 {
 			return fmt.Errorf("sink: epoch %d: one writer's window ends at input line %d, another's at line %d; the writers must read the same input with the same checkpoints (--checkpoint-rows)",
 				epoch, ps[0].InputPosition, p.InputPosition)
 		}
@@ -430,6 +447,17 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 				offsets = map[string]string{}
 			}
 			offsets[k] = v
+		}
+	}
+	if len(offsets) > 0 {
+		// The records read over all partitions, whoever read them.
+		line = 0
+		for _, v := range offsets {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				return fmt.Errorf("sink: epoch %d: offset %q is not a number", epoch, v)
+			}
+			line += n
 		}
 	}
 	props := map[string]string{commit.PropInputPosition: strconv.FormatInt(line, 10)}
@@ -724,6 +752,11 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 		}
 	}()
 	route := make([]int, cfg.Vnodes)
+	psrc, byPartition := src.(partitionedSource)
+	byPartition = byPartition && psrc.RoutesByPartition()
+	if byPartition && cm.Table().Metadata().Version() >= 3 && cfg.Writer.DeleteMode == deltawriter.DeleteByPosition {
+		return res, fmt.Errorf("table %v is format v3: processes sharing a topic's partitions may delete rows of one data file in one epoch, and their deletion vectors cannot be merged yet; use a v2 table or --delete-mode equality", cfg.Ident)
+	}
 	job := jobOf(cm.Table(), cfg.SinkID)
 	// Every writer must end its checkpoints at the same input lines.
 	job["checkpoint-rows"] = strconv.FormatInt(cfg.CheckpointRows, 10)
@@ -749,6 +782,9 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 			}
 			owned, vnodes := b.Clone(), uint64(cfg.Vnodes)
 			wopts.Owns = func(h uint64) bool { return owned.Contains(uint32(h % vnodes)) }
+			if byPartition {
+				wopts.Owns = nil // a partition's keys are not known by hash
+			}
 			wopts.KeyIndexDir = keyIndexDir(cfg, cm.Table(), b)
 		}
 		dw, err := deltawriter.New(ctx, cm.Table(), wopts)
@@ -817,6 +853,9 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 		}
 		if err := osrc.Seek(ctx, start.Offsets, start.Line); err != nil {
 			return res, fmt.Errorf("resuming after epoch %d: %w", start.Epoch, err)
+		}
+		if byPartition && psrc.PartitionVnodes() != cfg.Vnodes {
+			return res, fmt.Errorf("the input has %d partitions, the sink routes by %d vnodes: with partitions split among processes, the vnode count must be the partition count", psrc.PartitionVnodes(), cfg.Vnodes)
 		}
 		if n, ok := src.(committedNotifier); ok && ec != nil {
 			log := cmp.Or(cfg.Logger, slog.Default())
@@ -922,6 +961,8 @@ func route_(ctx context.Context, cfg Config, src Source, writers []*writer, rout
 	var rows int64
 	var key []byte
 	osrc, _ := src.(OffsetSource)
+	psrc, byPartition := src.(partitionedSource)
+	byPartition = byPartition && psrc.RoutesByPartition()
 	checkpoint := func(line int64, final bool) error {
 		id := inputID(cfg, src)
 		var offsets map[string]string
@@ -962,7 +1003,12 @@ func route_(ctx context.Context, cfg Config, src Source, writers []*writer, rout
 			if err != nil {
 				return fmt.Errorf("line %d: %w", rec.Line, err)
 			}
-			i := route[coordinator.VnodeOf(key, cfg.Vnodes)] - 1
+			var i int
+			if byPartition {
+				i = route[psrc.Vnode()] - 1
+			} else {
+				i = route[coordinator.VnodeOf(key, cfg.Vnodes)] - 1
+			}
 			if i < 0 {
 				continue // another process's writer owns this vnode
 			}

@@ -2,23 +2,34 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/apache/iceberg-go"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/icesink/icesink/changelog"
 	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/coordinator"
 	"github.com/icesink/icesink/kafka"
+	"github.com/icesink/icesink/sink"
 )
 
 // kafkaFlags select a Kafka topic as run's input.
 type kafkaFlags struct {
 	brokers, topic, group, start string
-	interval                     time.Duration
+	interval, session, coordWait time.Duration
 	stopAtEnd                    bool
+	coordinator                  string // set by check
 }
 
 func (f *kafkaFlags) register(fs *flag.FlagSet) {
@@ -27,13 +38,20 @@ func (f *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.group, "group", "", "with --kafka-brokers: a consumer `GROUP` told the offsets of every commit, for lag monitoring (the table, not the group, says where a run resumes)")
 	fs.StringVar(&f.start, "kafka-start", "earliest", "with --kafka-brokers: where partitions the table holds no offset for begin: earliest or latest")
 	fs.DurationVar(&f.interval, "checkpoint-interval", 10*time.Second, "with --kafka-brokers: end a checkpoint this often, also when idle (besides --checkpoint-rows)")
+	fs.DurationVar(&f.session, "kafka-session-timeout", 45*time.Second, "with --group and --coordinator: how long the group waits for a silent process (killed) before its partitions go to the others")
+	fs.DurationVar(&f.coordWait, "coordinator-wait", 2*time.Minute, "with --group and --coordinator: how long to wait out an unreachable or failing coordinator (a restart) before giving up")
 	fs.BoolVar(&f.stopAtEnd, "stop-at-end", false, "with --kafka-brokers: stop once the partitions are read up to their end offsets at start (a backfill); default: run until SIGINT or SIGTERM, which commit what was read")
 }
 
 func (f *kafkaFlags) enabled() bool { return f.brokers != "" }
 
+// grouped reports whether the partitions are split among processes: a
+// consumer group with an external coordinator (see runGroup).
+func (f *kafkaFlags) grouped() bool { return f.enabled() && f.group != "" && f.coordinator != "" }
+
 // check refuses flag combinations that cannot run.
 func (f *kafkaFlags) check(input, coordinator string) error {
+	f.coordinator = coordinator
 	switch {
 	case !f.enabled() && input == "":
 		return fmt.Errorf("%w: --input or --kafka-brokers is required", errUsage)
@@ -43,8 +61,8 @@ func (f *kafkaFlags) check(input, coordinator string) error {
 		return nil
 	case f.topic == "":
 		return fmt.Errorf("%w: --kafka-brokers needs --topic", errUsage)
-	case coordinator != "":
-		return fmt.Errorf("%w: --kafka-brokers with --coordinator: each process would read every partition; run one process with --writers P", errUsage)
+	case coordinator != "" && f.group == "":
+		return fmt.Errorf("%w: --kafka-brokers with --coordinator needs --group: the consumer group splits the partitions among the processes", errUsage)
 	case f.start != "earliest" && f.start != "latest":
 		return fmt.Errorf("%w: --kafka-start %q: want earliest or latest", errUsage, f.start)
 	case f.interval < 0:
@@ -76,4 +94,136 @@ func formatOffsets(offsets map[string]string) string {
 		b = append(b, strings.TrimPrefix(k, commit.PropOffsetPrefix)+"="+offsets[k])
 	}
 	return strings.Join(b, " ")
+}
+
+// coordinatorGone reports an error of a coordinator that stopped or cannot
+// be reached (a restart), as opposed to one of this process's input or
+// table.
+func coordinatorGone(err error) bool {
+	if errors.Is(err, coordinator.ErrClosed) || errors.Is(err, coordinator.ErrFailed) || errors.Is(err, coordinator.ErrTimeout) {
+		return true
+	}
+	st, ok := status.FromError(err)
+	return ok && (st.Code() == codes.Unavailable || st.Code() == codes.Canceled)
+}
+
+// errRebalance cancels a run whose process's partitions changed.
+var errRebalance = errors.New("the consumer group moved partitions")
+
+// runGroup is run for one of several processes sharing a topic: the
+// consumer group assigns this process its partitions, which are its
+// vnodes at the coordinator (vnode count = partition count). Every
+// assignment change cancels the run: its open window is aborted for all
+// processes, and each runs again from the offsets the table holds with
+// the partitions it has then. An abort caused by another process
+// (coordinator.ErrAborted), or a registration refused because the
+// previous owner of a partition has not left yet, is retried the same way.
+// The first SIGINT or SIGTERM ends the input; what was read is committed.
+func (f *kafkaFlags) runGroup(ctx context.Context, cfg sink.Config, schema *iceberg.Schema, format changelog.Format,
+	dbz changelog.DebeziumOptions, vnodesGiven, rowsGiven bool, log *slog.Logger) (sink.Result, error) {
+	brokers := strings.Split(f.brokers, ",")
+	n, err := kafka.PartitionCount(ctx, brokers, f.topic)
+	if err != nil {
+		return sink.Result{}, err
+	}
+	if !vnodesGiven {
+		cfg.Vnodes = n
+	}
+	if !rowsGiven {
+		// A process counting its own rows would end its epochs sooner
+		// than the others and wait for them: the shared timer ends them.
+		cfg.CheckpointRows = math.MaxInt64
+	}
+	m, err := kafka.JoinGroup(ctx, brokers, f.group, f.topic, f.session)
+	if err != nil {
+		return sink.Result{}, err
+	}
+	defer m.Close()
+	var total sink.Result
+	// Coordinator outages (a restart, kill -9 included) are waited out
+	// for f.coordWait since the last commit.
+	lastProgress := time.Now()
+	for attempt := 1; ; attempt++ {
+		parts, changed, err := m.Wait(ctx, time.Second)
+		if err != nil {
+			if ctx.Err() != nil {
+				log.Info("stopped while waiting for partitions")
+				return total, nil
+			}
+			return total, err
+		}
+		own := roaring.New()
+		for _, p := range parts {
+			own.Add(uint32(p))
+		}
+		log.Info("partitions assigned", "group", f.group, "topic", f.topic, "partitions", coordinator.FormatVnodes(own), "run", attempt)
+		runCtx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+		stopWatch := make(chan struct{})
+		go func() {
+			select {
+			case <-changed:
+				cancel(errRebalance)
+			case <-stopWatch:
+			}
+		}()
+		dec, err := changelog.NewDecoder(strings.NewReader(""), format, schema, changelog.WithDebezium(dbz))
+		if err != nil {
+			cancel(nil)
+			return total, err
+		}
+		src, err := f.open(ctx, dec, ctx.Done())
+		if err != nil {
+			cancel(nil)
+			return total, err
+		}
+		src.Restrict(parts)
+		cfg.OwnVnodes = own
+		res, err := sink.Run(runCtx, cfg, src)
+		close(stopWatch)
+		src.Close()
+		cause := context.Cause(runCtx)
+		cancel(nil)
+		total.Changes += res.Changes
+		total.Commits += res.Commits
+		total.Line = res.Line
+		total.Committed, total.Elapsed, total.Stats = res.Committed, total.Elapsed+res.Elapsed, res.Stats
+		if total.Start.Epoch == 0 {
+			total.Start = res.Start
+		}
+		switch {
+		case err == nil:
+			return total, nil
+		case ctx.Err() != nil:
+			if errors.Is(cause, errRebalance) || errors.Is(err, coordinator.ErrAborted) {
+				// Stopping: a process that stopped first left the group
+				// and the coordinator. The open window is dropped; the
+				// next run reads it again from the table's offsets.
+				log.Info("stopped; the window open at the stop was dropped and is read again by the next run", "committed_epoch", res.Committed.Epoch)
+				return total, nil
+			}
+			return total, err
+		case errors.Is(cause, errRebalance):
+			log.Info("rebalance: the open window is dropped, the run goes on from the table's offsets", "group", f.group, "committed_epoch", res.Committed.Epoch)
+		case errors.Is(err, coordinator.ErrAborted):
+			log.Info("another process aborted the epoch: the run goes on from the table's offsets", "err", err)
+		case errors.Is(err, coordinator.ErrOverlap):
+			log.Info("a partition's previous owner has not left the coordinator yet; retrying", "err", err)
+			time.Sleep(500 * time.Millisecond)
+		case coordinatorGone(err):
+			if res.Commits > 0 {
+				lastProgress = time.Now()
+			}
+			if time.Since(lastProgress) > f.coordWait {
+				return total, fmt.Errorf("the coordinator has been unreachable or failing for %s (--coordinator-wait): %w", f.coordWait, err)
+			}
+			log.Warn("the coordinator is gone; retrying from the table's offsets", "err", err)
+			select {
+			case <-ctx.Done():
+				return total, nil
+			case <-time.After(time.Second):
+			}
+		default:
+			return total, err
+		}
+	}
 }

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"net"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/icesink/icesink/changelog"
 	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/warehouse"
 )
 
 // kafkaStream starts an in-process Kafka broker (kfake, in this test
@@ -45,7 +48,7 @@ func kafkaStream(t *testing.T) (addr string, produce func(lines [][]byte), ends 
 			recs = append(recs, &kgo.Record{Value: bytes.Clone(l), Partition: p})
 		}
 		if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-			t.Fatal(err)
+			t.Error(err) // called from a producing goroutine too
 		}
 	}, ends
 }
@@ -190,4 +193,167 @@ func partitionOf(t *testing.T, l []byte) int32 {
 		return 0
 	}
 	return int32(rec.Changes[0].Row[0].(int64) % 3)
+}
+
+// TestKafkaGroupScaleOut: processes in one consumer group split the
+// topic's partitions (vnode = partition) under one coordinator. A second
+// process joins mid-window (a rebalance), the first is killed with SIGKILL
+// (its partitions go to the second after the group's session timeout) and
+// comes back (another rebalance), and the coordinator is killed and
+// restarted, while records keep arriving. The table
+// ends equal to the stream, every epoch committed once, and the last
+// commit holds every partition's end offset.
+func TestKafkaGroupScaleOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-process Kafka test")
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Second)
+	defer cancel()
+	rng := rand.New(rand.NewPCG(19, 19))
+	_, lines := stream(t, rng, 12000, 1500)
+	addr, produce, ends := kafkaStream(t)
+	wh := mpWarehouse(t)
+	// The coordinator listens on a fixed port, so that the consumers find
+	// it again after it is killed and restarted.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	caddr := l.Addr().String()
+	l.Close()
+	startCoordinator := func() *mpProc {
+		t.Helper()
+		coord := mpStart(t, ctx, "coordinator", "--warehouse", wh, "--table", mpTable, "--listen", caddr, "--vnode-count", "3", "--align-timeout", "30s")
+		for !servingRE.MatchString(coord.output()) {
+			select {
+			case <-coord.done:
+				t.Fatalf("coordinator exited: %v\n%s", coord.err, coord.output())
+			case <-ctx.Done():
+				t.Fatal(ctx.Err())
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		return coord
+	}
+	coord := startCoordinator()
+	var procs []*mpProc
+	consumer := func() *mpProc {
+		p := mpStart(t, ctx, "run", "--warehouse", wh, "--table", mpTable, "--kafka-brokers", addr, "--topic", "cdc",
+			"--group", "sink", "--coordinator", caddr, "--checkpoint-interval", "500ms", "--kafka-session-timeout", "6s",
+			"--spill-dir", t.TempDir(), "--log-format", "json")
+		procs = append(procs, p)
+		return p
+	}
+	outputs := func() string {
+		var b strings.Builder
+		for i, p := range procs {
+			fmt.Fprintf(&b, "--- consumer %d\n%s\n", i, p.output())
+		}
+		return b.String()
+	}
+	committedRecords := func() int64 { return committedLineOf(t, wh) }
+	waitCommitted := func(n int64) {
+		t.Helper()
+		for committedRecords() < n {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("the table holds %d records, want %d\ncoordinator:\n%s\nconsumers:\n%s", committedRecords(), n, coord.output(), outputs())
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+	}
+
+	// Records keep arriving, 50 every 40 ms, while processes join, die
+	// and come back.
+	feed := func(lines [][]byte) chan struct{} {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for i := 0; i < len(lines); i += 50 {
+				produce(lines[i:min(i+50, len(lines))])
+				time.Sleep(40 * time.Millisecond)
+			}
+		}()
+		return done
+	}
+	step := func(what string) {
+		t.Logf("%s: %s, %d records committed", time.Now().Format("15:04:05.000"), what, committedRecords())
+	}
+	assigned := func(p *mpProc) {
+		t.Helper()
+		for !strings.Contains(p.output(), `"msg":"partitions assigned"`) {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("no partitions assigned:\n%s", p.output())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+	fed := feed(lines[:10000])
+	a := consumer()
+	step("a started")
+	waitCommitted(1500)
+	b := consumer() // a rebalance while a's window is open
+	step("b started")
+	waitCommitted(5000)
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	<-a.done
+	step("a killed")
+	<-fed
+	waitCommitted(10000) // b alone, once the group gave it a's partitions
+	a2 := consumer()
+	assigned(a2)
+	step("a restarted")
+	fed = feed(lines[10000:])
+	waitCommitted(11000)
+	coord.cmd.Process.Signal(syscall.SIGKILL)
+	<-coord.done
+	step("coordinator killed")
+	time.Sleep(time.Second)
+	coord = startCoordinator()
+	step("coordinator restarted")
+	<-fed
+	waitCommitted(int64(len(lines)))
+	step("all committed")
+	for _, p := range []*mpProc{a2, b} {
+		p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range []*mpProc{a2, b} {
+		if err := p.wait(ctx); err != nil {
+			t.Errorf("consumer after SIGTERM: %v\n%s", err, p.output())
+		}
+	}
+	if testing.Verbose() {
+		t.Logf("coordinator:\n%s\nconsumers:\n%s", coord.output(), outputs())
+	}
+	if !strings.Contains(b.output(), `"msg":"rebalance`) {
+		t.Errorf("b logged no rebalance:\n%s", b.output())
+	}
+	checkOffsets(t, wh, ends)
+	got, _, _ := icesink(t, "scan", "--warehouse", wh, "--table", mpTable)
+	if want := expectedScan(t, lines, len(lines)); got != want {
+		t.Errorf("table after scale-out, kill and rejoin differs from the stream")
+	}
+	checkEpochsOnce(t, wh)
+}
+
+// committedLineOf is committedLine without failing on a table being
+// committed to (a reader may race a commit's metadata).
+func committedLineOf(t *testing.T, wh string) int64 {
+	t.Helper()
+	w, err := warehouse.Open(context.Background(), wh, warehouse.Options{})
+	if err != nil {
+		return 0
+	}
+	defer w.Close()
+	cm, err := commit.NewCommitter(context.Background(), w.Catalog, []string{"db", "t"}, "icesink")
+	if err != nil {
+		return 0
+	}
+	last, ok := cm.Last()
+	if !ok {
+		return 0
+	}
+	n, _ := strconv.ParseInt(last.Properties[commit.PropInputPosition], 10, 64)
+	return n
 }

@@ -213,7 +213,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	var src sink.Source = dec
 	runCtx := ctx
 	var ksrc *kafka.Source
-	if kf.enabled() {
+	if kf.enabled() && !kf.grouped() {
 		// The first SIGINT or SIGTERM ends the input: the records read so
 		// far are committed and the run exits 0. A second one kills.
 		if ksrc, err = kf.open(ctx, dec, ctx.Done()); err != nil {
@@ -260,11 +260,17 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		if *writers != 1 {
 			return fmt.Errorf("%w: --coordinator runs one writer per process; drop --writers", errUsage)
 		}
-		own, err := coordinator.ParseVnodes(*vnodesFlag, *vnodeCount)
-		if err != nil || *vnodesFlag == "" {
-			return fmt.Errorf("%w: --vnodes: give the ranges this writer owns (e.g. 0-127): %v", errUsage, err)
+		if kf.grouped() {
+			if *vnodesFlag != "" {
+				return fmt.Errorf("%w: --vnodes with --group: the consumer group assigns this process its partitions, which are its vnodes", errUsage)
+			}
+		} else {
+			own, err := coordinator.ParseVnodes(*vnodesFlag, *vnodeCount)
+			if err != nil || *vnodesFlag == "" {
+				return fmt.Errorf("%w: --vnodes: give the ranges this writer owns (e.g. 0-127): %v", errUsage, err)
+			}
+			cfg.OwnVnodes = own
 		}
-		cfg.OwnVnodes = own
 		cfg.Connect = func(ctx context.Context, vn *roaring.Bitmap, opts ...coordinator.ConnectOption) (coordinator.Session, error) {
 			return coordgrpc.DialSecure(ctx, *coordAddr, sec, vn, opts...)
 		}
@@ -300,7 +306,14 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		}
 	}
 	mon := startMonitor()
-	res, err := sink.Run(runCtx, cfg, src)
+	var res sink.Result
+	if kf.grouped() {
+		given := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+		res, err = kf.runGroup(ctx, cfg, tbl.Schema(), fmtv, dbz, given["vnode-count"], given["checkpoint-rows"], logger)
+	} else {
+		res, err = sink.Run(runCtx, cfg, src)
+	}
 	peak := mon.stop()
 	if cfg.Progress != nil {
 		fmt.Fprintln(stderr)

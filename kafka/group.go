@@ -1,0 +1,129 @@
+package kafka
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Membership is this process's place in a consumer group that splits a
+// topic's partitions among the sink's processes. It only assigns: it
+// fetches nothing (the topic is paused), commits nothing, and the records
+// are read by a Source restricted to the assigned partitions, at the
+// offsets the table holds.
+type Membership struct {
+	cl    *kgo.Client
+	topic string
+	mu    sync.Mutex
+	parts map[int32]bool
+	// changed is closed, and replaced, at every assignment change.
+	changed chan struct{}
+	last    time.Time
+}
+
+// JoinGroup joins group for topic. sessionTimeout is how long the group
+// waits for a silent member (a killed process) before its partitions go
+// to the others (0: franz-go's default, 45s).
+func JoinGroup(ctx context.Context, brokers []string, group, topic string, sessionTimeout time.Duration, opts ...kgo.Opt) (*Membership, error) {
+	m := &Membership{topic: topic, parts: map[int32]bool{}, changed: make(chan struct{})}
+	all := append([]kgo.Opt{
+		kgo.SeedBrokers(brokers...),
+		kgo.ClientID("icesink"),
+		kgo.ConsumerGroup(group),
+		kgo.ConsumeTopics(topic),
+		kgo.DisableAutoCommit(),
+		kgo.OnPartitionsAssigned(func(_ context.Context, _ *kgo.Client, a map[string][]int32) { m.update(a[topic], true) }),
+		kgo.OnPartitionsRevoked(func(_ context.Context, _ *kgo.Client, r map[string][]int32) { m.update(r[topic], false) }),
+		kgo.OnPartitionsLost(func(_ context.Context, _ *kgo.Client, r map[string][]int32) { m.update(r[topic], false) }),
+	}, opts...)
+	if sessionTimeout > 0 {
+		all = append(all, kgo.SessionTimeout(sessionTimeout), kgo.HeartbeatInterval(max(sessionTimeout/10, 100*time.Millisecond)))
+	}
+	cl, err := kgo.NewClient(all...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: joining group %q at %s: %w", group, strings.Join(brokers, ","), err)
+	}
+	cl.PauseFetchTopics(topic)
+	m.cl = cl
+	// The group is joined by the client's first poll; it returns nothing
+	// (the topic is paused) and the session goes on in the background.
+	go cl.PollFetches(ctx)
+	return m, nil
+}
+
+func (m *Membership) update(parts []int32, add bool) {
+	if len(parts) == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range parts {
+		if add {
+			m.parts[p] = true
+		} else {
+			delete(m.parts, p)
+		}
+	}
+	m.last = time.Now()
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+// Wait returns this process's partitions once it has some and no change
+// came for settle (a rebalance may take a revoke and an assign), with a
+// channel closed at the next change.
+func (m *Membership) Wait(ctx context.Context, settle time.Duration) ([]int32, <-chan struct{}, error) {
+	for {
+		m.mu.Lock()
+		parts := make([]int32, 0, len(m.parts))
+		for p := range m.parts {
+			parts = append(parts, p)
+		}
+		changed, quiet := m.changed, time.Since(m.last)
+		m.mu.Unlock()
+		if len(parts) > 0 && quiet >= settle {
+			slices.Sort(parts)
+			return parts, changed, nil
+		}
+		wait := settle - quiet
+		if len(parts) == 0 {
+			wait = time.Hour
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-changed:
+		case <-time.After(wait):
+		}
+	}
+}
+
+// Close leaves the group: the other members get this one's partitions.
+func (m *Membership) Close() { m.cl.Close() }
+
+// PartitionCount returns the number of partitions of topic.
+func PartitionCount(ctx context.Context, brokers []string, topic string) (int, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ClientID("icesink"))
+	if err != nil {
+		return 0, fmt.Errorf("kafka: connecting to %s: %w", strings.Join(brokers, ","), err)
+	}
+	defer cl.Close()
+	ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return 0, fmt.Errorf("kafka: listing the partitions of topic %q: %w", topic, err)
+	}
+	n := len(ends[topic])
+	if n == 0 {
+		return 0, fmt.Errorf("kafka: topic %q has no partitions (does it exist?)", topic)
+	}
+	return n, nil
+}
