@@ -229,6 +229,9 @@ type Progress struct {
 	// LastCommit is the position of the last commit of the in-process
 	// coordinator (zero before the first, and with a remote coordinator).
 	LastCommit Position
+	// CommitLatency is how long the last commit took (its RowDelta in the
+	// catalog, retries included; not the tidying after it).
+	CommitLatency time.Duration
 }
 
 // Position is where a sink's committed state ends.
@@ -364,6 +367,8 @@ type epochCommitter struct {
 	metrics *runMetrics
 	// onCommit, when set, is told of every commit (in its own goroutine).
 	onCommit func(Position)
+	// latency is the last commit's duration in the catalog.
+	latency time.Duration
 }
 
 // waitMaintenance returns once no compaction round is running.
@@ -483,6 +488,7 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 		}
 		if !res.AlreadyCommitted {
 			e.n++
+			e.latency = time.Since(t0)
 			if e.metrics != nil {
 				e.metrics.committed(time.Since(t0), line)
 			}
@@ -955,6 +961,9 @@ func route_(ctx context.Context, cfg Config, src Source, writers []*writer, rout
 		}
 		if ec != nil { // in process: the commits so far (a remote coordinator's show at the end)
 			res.LastCommit, res.Commits = ec.committed()
+			ec.mu.Lock()
+			res.CommitLatency = ec.latency
+			ec.mu.Unlock()
 		}
 		cfg.Progress(res.Progress)
 	}

@@ -14,10 +14,13 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/catalog/rest"
 	sqlcat "github.com/apache/iceberg-go/catalog/sql"
+	_ "github.com/apache/iceberg-go/io/gocloud/s3" // s3:// table IO
 	"github.com/apache/iceberg-go/table"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	_ "modernc.org/sqlite"             // the "sqlite" database/sql driver
@@ -29,59 +32,107 @@ const CatalogName = "icesink"
 // Options configure Open.
 type Options struct {
 	// CatalogURI names the SQL catalog: empty for the embedded SQLite
-	// catalog at DIR/catalog.db, or a postgres:// URL.
+	// catalog at DIR/catalog.db, sqlite:FILE for an SQLite catalog
+	// elsewhere (required with an object-storage warehouse), or a
+	// postgres:// URL.
 	CatalogURI string
+	// Properties are the catalog's and its file IO's properties: for an
+	// s3:// warehouse s3.endpoint, s3.region, s3.access-key-id, ...
+	// (iceberg-go's io.S3* keys; credentials otherwise come from the AWS
+	// environment: AWS_ACCESS_KEY_ID, AWS_PROFILE, ...).
+	Properties iceberg.Properties
+}
+
+// IsObjectStore reports whether a warehouse location is object storage
+// (s3://, gs://, abfs://, ...) rather than a local folder.
+func IsObjectStore(location string) bool {
+	scheme, _, ok := strings.Cut(location, "://")
+	return ok && scheme != "file" && !strings.ContainsAny(scheme, `/\`)
 }
 
 // Warehouse is an open catalog with its warehouse location.
 type Warehouse struct {
-	Catalog  *sqlcat.Catalog
-	Location string // file:// URL of the warehouse folder
-	db       *sql.DB
+	Catalog  catalog.Catalog // iceberg-go's SQL or REST catalog
+	Location string          // file:// URL of the warehouse folder, or its s3:// (...) location
+	db       *sql.DB         // nil for a REST catalog
 }
 
-// ErrUnsupported is returned for a warehouse location icesink cannot use
-// yet (object storage).
+// ErrUnsupported is returned for a warehouse location icesink cannot use.
 var ErrUnsupported = errors.New("not supported")
 
-// Open opens (creating when absent) the warehouse in dir.
+// Open opens (creating when absent) the warehouse in dir: a local folder,
+// or an object-storage location (s3://BUCKET/PATH) whose catalog
+// opts.CatalogURI names.
 func Open(ctx context.Context, dir string, opts Options) (*Warehouse, error) {
-	if scheme, _, ok := strings.Cut(dir, "://"); ok && !strings.ContainsAny(scheme, `/\`) {
-		return nil, fmt.Errorf("warehouse %s: %w: the warehouse must be a local folder for now (%s:// object storage is planned)", dir, ErrUnsupported, scheme)
+	var abs, loc string
+	if IsObjectStore(dir) {
+		scheme, _, _ := strings.Cut(dir, "://")
+		switch scheme {
+		case "s3", "s3a", "s3n", "gs", "gcs", "abfs", "abfss", "wasb", "wasbs":
+		default:
+			return nil, fmt.Errorf("warehouse %s: %w: icesink writes to local folders, s3://, gs:// and abfs:// locations", dir, ErrUnsupported)
+		}
+		if opts.CatalogURI == "" {
+			return nil, fmt.Errorf("warehouse %s: an object-storage warehouse needs a catalog: give --catalog-uri postgres://... or sqlite:LOCAL-FILE", dir)
+		}
+		loc = strings.TrimSuffix(dir, "/")
+	} else {
+		var err error
+		if abs, err = filepath.Abs(dir); err != nil {
+			return nil, fmt.Errorf("warehouse %s: %w", dir, err)
+		}
+		if err := os.MkdirAll(abs, 0o755); err != nil {
+			return nil, fmt.Errorf("warehouse %s: %w", dir, err)
+		}
+		loc = (&url.URL{Scheme: "file", Path: abs}).String()
 	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return nil, fmt.Errorf("warehouse %s: %w", dir, err)
+	props := iceberg.Properties{}
+	for k, v := range opts.Properties {
+		props[k] = v
 	}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
-		return nil, fmt.Errorf("warehouse %s: %w", dir, err)
-	}
-	loc := (&url.URL{Scheme: "file", Path: abs}).String()
-	props := iceberg.Properties{"warehouse": loc}
+	props["warehouse"] = loc
 	var db *sql.DB
 	var dialect sqlcat.SupportedDialect
+	var err error
 	switch {
+	case strings.HasPrefix(opts.CatalogURI, "http://"), strings.HasPrefix(opts.CatalogURI, "https://"):
+		// An Iceberg REST catalog; the warehouse location is the one
+		// asked for, its IO properties go along.
+		cat, err := rest.NewCatalog(ctx, CatalogName, opts.CatalogURI, rest.WithWarehouseLocation(loc), rest.WithAdditionalProps(props))
+		if err != nil {
+			return nil, fmt.Errorf("warehouse %s: opening the REST catalog %s: %w", dir, opts.CatalogURI, err)
+		}
+		return &Warehouse{Catalog: cat, Location: loc}, nil
+	case strings.HasPrefix(opts.CatalogURI, "sqlite:"):
+		file, err := filepath.Abs(strings.TrimPrefix(strings.TrimPrefix(opts.CatalogURI, "sqlite:"), "//"))
+		if err != nil {
+			return nil, fmt.Errorf("warehouse %s: catalog %s: %w", dir, opts.CatalogURI, err)
+		}
+		if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
+			return nil, fmt.Errorf("warehouse %s: catalog %s: %w", dir, opts.CatalogURI, err)
+		}
+		if db, err = openSQLite(filepath.Dir(file), file); err != nil {
+			return nil, fmt.Errorf("warehouse %s: catalog %s: %w", dir, opts.CatalogURI, err)
+		}
+		dialect = sqlcat.SQLite
 	case opts.CatalogURI == "":
 		// SQLite says only "unable to open database file (14)" when it
 		// cannot create its journal: name the folder and the cause.
-		if err := checkWritable(abs); err != nil {
-			return nil, fmt.Errorf("warehouse %s: the embedded catalog needs a writable folder: %w", dir, err)
+		db, err = openSQLite(abs, filepath.Join(abs, "catalog.db"))
+		if err != nil {
+			return nil, fmt.Errorf("warehouse %s: %w", dir, err)
 		}
-		// The path is a URI path: '#', '?' and '%' must be escaped.
-		esc := strings.NewReplacer("%", "%25", "#", "%23", "?", "%3f").Replace(filepath.Join(abs, "catalog.db"))
-		dsn := "file:" + esc + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
-		db, err = sql.Open("sqlite", dsn)
 		dialect = sqlcat.SQLite
 	case strings.HasPrefix(opts.CatalogURI, "postgres://"), strings.HasPrefix(opts.CatalogURI, "postgresql://"):
 		db, err = sql.Open("pgx", opts.CatalogURI)
 		dialect = sqlcat.Postgres
 	default:
-		return nil, fmt.Errorf("warehouse %s: catalog URI %q: want empty (embedded SQLite) or postgres://", dir, opts.CatalogURI)
+		return nil, fmt.Errorf("warehouse %s: catalog URI %q: want empty (embedded SQLite), sqlite:FILE, postgres:// or an Iceberg REST catalog's http(s):// URL", dir, opts.CatalogURI)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("warehouse %s: opening the catalog database: %w", dir, err)
 	}
-	if err := db.PingContext(ctx); err != nil {
+	if err := ping(ctx, db); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("warehouse %s: connecting to the catalog database: %w", dir, err)
 	}
@@ -91,6 +142,37 @@ func Open(ctx context.Context, dir string, opts Options) (*Warehouse, error) {
 		return nil, fmt.Errorf("warehouse %s: opening the SQL catalog: %w", dir, err)
 	}
 	return &Warehouse{Catalog: cat, Location: loc, db: db}, nil
+}
+
+// ping connects to the catalog database. A new SQLite connection switches
+// the file to WAL, which needs a moment of exclusive access: another
+// process opening the same catalog then sees SQLITE_BUSY before the busy
+// timeout applies, so that is retried for up to 10 s.
+func ping(ctx context.Context, db *sql.DB) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := db.PingContext(ctx)
+		if err == nil || !strings.Contains(err.Error(), "SQLITE_BUSY") || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// openSQLite opens the SQLite catalog database file in dir.
+func openSQLite(dir, file string) (*sql.DB, error) {
+	// SQLite says only "unable to open database file (14)" when it
+	// cannot create its journal: name the folder and the cause.
+	if err := checkWritable(dir); err != nil {
+		return nil, fmt.Errorf("the embedded catalog needs a writable folder: %w", err)
+	}
+	// The path is a URI path: '#', '?' and '%' must be escaped.
+	esc := strings.NewReplacer("%", "%25", "#", "%23", "?", "%3f").Replace(file)
+	return sql.Open("sqlite", "file:"+esc+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
 }
 
 // checkWritable reports why dir is not writable, if it is not.
@@ -105,7 +187,12 @@ func checkWritable(dir string) error {
 }
 
 // Close closes the catalog database.
-func (w *Warehouse) Close() error { return w.db.Close() }
+func (w *Warehouse) Close() error {
+	if w.db == nil {
+		return nil
+	}
+	return w.db.Close()
+}
 
 // ParseIdent parses "ns.name" (the last dot separates the table name).
 // Both parts become folder names under the warehouse, so CheckName

@@ -150,16 +150,20 @@ func TestReadOnlyWarehouseNamed(t *testing.T) {
 	t.Log(err)
 }
 
-// An object-store warehouse is refused by name, and nothing is created
-// locally (before, "s3://b/w" became a local folder "s3:/b/w").
+// An object-store warehouse needs a catalog named by URI, an unknown
+// scheme is refused by name, and nothing is created locally (before,
+// "s3://b/w" became a local folder "s3:/b/w").
 func TestObjectStoreWarehouseRefused(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
 	for _, loc := range []string{"s3://bucket/wh", "gs://b/w", "abfss://c@a.dfs.core.windows.net/w"} {
 		_, err := warehouse.Open(context.Background(), loc, warehouse.Options{})
-		if !errors.Is(err, warehouse.ErrUnsupported) || !strings.Contains(err.Error(), loc) {
-			t.Errorf("%s: got %v, want ErrUnsupported naming it", loc, err)
+		if err == nil || !strings.Contains(err.Error(), loc) || !strings.Contains(err.Error(), "--catalog-uri") {
+			t.Errorf("%s: got %v, want an error naming it and --catalog-uri", loc, err)
 		}
+	}
+	if _, err := warehouse.Open(context.Background(), "ftp://h/w", warehouse.Options{CatalogURI: "sqlite:x.db"}); !errors.Is(err, warehouse.ErrUnsupported) {
+		t.Errorf("ftp://: got %v, want ErrUnsupported", err)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("created %v", ents)

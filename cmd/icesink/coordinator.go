@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"path/filepath"
 
 	"github.com/icesink/icesink/coordinator"
 	"github.com/icesink/icesink/coordinator/coordgrpc"
@@ -69,7 +68,7 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return fmt.Errorf("%w: --table: %v", errUsage, err)
 	}
-	wh, err := warehouse.Open(ctx, tf.warehouse, warehouse.Options{CatalogURI: tf.catalogURI})
+	wh, err := warehouse.Open(ctx, tf.warehouse, tf.options())
 	if err != nil {
 		return err
 	}
@@ -87,7 +86,9 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 		return fmt.Errorf("table %s: %w", tf.table, err)
 	}
 	if *stateDir == "" {
-		*stateDir = filepath.Join(tf.warehouse, "_icesink", *sinkID)
+		if *stateDir, err = tf.localStateDir(*sinkID); err != nil {
+			return err
+		}
 	}
 	level := slog.LevelInfo
 	if *verbose {

@@ -14,15 +14,19 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"syscall"
 	"time"
 
+	"github.com/apache/iceberg-go"
+	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/dustin/go-humanize"
 
 	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/coordinator/coordgrpc"
 	"github.com/icesink/icesink/sink"
+	"github.com/icesink/icesink/warehouse"
 )
 
 const usage = `icesink writes upsert (CDC) streams into Apache Iceberg tables.
@@ -152,12 +156,50 @@ type tableFlags struct {
 	warehouse  string
 	table      string
 	catalogURI string
+	s3Endpoint string
+	s3Region   string
+	props      propertyFlag
 }
 
 func (t *tableFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&t.warehouse, "warehouse", "", "warehouse `DIR` (embedded SQLite catalog at DIR/catalog.db, table data under DIR)")
+	fs.StringVar(&t.warehouse, "warehouse", "", "warehouse `DIR` (embedded SQLite catalog at DIR/catalog.db, table data under DIR), or s3://BUCKET/PATH with --catalog-uri")
 	fs.StringVar(&t.table, "table", "", "table `NS.NAME`")
-	fs.StringVar(&t.catalogURI, "catalog-uri", "", "SQL catalog `URI` (postgres://...); default: the embedded SQLite catalog")
+	fs.StringVar(&t.catalogURI, "catalog-uri", "", "SQL catalog `URI`: postgres://... or sqlite:FILE; default: the embedded SQLite catalog in the warehouse folder")
+	fs.StringVar(&t.s3Endpoint, "s3-endpoint", "", "S3 endpoint `URL` of an s3:// warehouse (an S3-compatible server; path-style addressing); default: AWS")
+	fs.StringVar(&t.s3Region, "s3-region", "", "S3 `REGION` of an s3:// warehouse (default: AWS_REGION, or us-east-1)")
+	t.props = propertyFlag{}
+	fs.Var(t.props, "catalog-property", "catalog and file IO property `KEY=VALUE` (repeatable), e.g. s3.access-key-id=...; credentials otherwise come from the AWS environment")
+}
+
+// options returns the warehouse options the flags give.
+func (t *tableFlags) options() warehouse.Options {
+	o := warehouse.Options{CatalogURI: t.catalogURI, Properties: iceberg.Properties{}}
+	for k, v := range t.props {
+		o.Properties[k] = v
+	}
+	if t.s3Endpoint != "" {
+		o.Properties[icebergio.S3EndpointURL] = t.s3Endpoint
+	}
+	region := t.s3Region
+	if region == "" {
+		region = os.Getenv("AWS_REGION")
+	}
+	if region == "" && warehouse.IsObjectStore(t.warehouse) {
+		region = "us-east-1"
+	}
+	if region != "" {
+		o.Properties[icebergio.S3Region] = region
+	}
+	return o
+}
+
+// localStateDir returns the default folder of the coordinator's state:
+// under a local warehouse; an object-storage warehouse needs --state-dir.
+func (t *tableFlags) localStateDir(sinkID string) (string, error) {
+	if warehouse.IsObjectStore(t.warehouse) {
+		return "", fmt.Errorf("%w: --state-dir: with an object-storage warehouse, give a local folder for the coordinator's checkpoints", errUsage)
+	}
+	return filepath.Join(t.warehouse, "_icesink", sinkID), nil
 }
 
 func (t *tableFlags) check() error {

@@ -59,7 +59,7 @@ func cmdMaintain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return fmt.Errorf("%w: --table: %v", errUsage, err)
 	}
-	wh, err := warehouse.Open(ctx, tf.warehouse, warehouse.Options{CatalogURI: tf.catalogURI})
+	wh, err := warehouse.Open(ctx, tf.warehouse, tf.options())
 	if err != nil {
 		return err
 	}

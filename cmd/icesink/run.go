@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -189,7 +188,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		in = f
 	}
 
-	wh, err := warehouse.Open(ctx, tf.warehouse, warehouse.Options{CatalogURI: tf.catalogURI})
+	wh, err := warehouse.Open(ctx, tf.warehouse, tf.options())
 	if err != nil {
 		return err
 	}
@@ -238,8 +237,10 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		Timeouts:       timeouts,
 		InputID:        *inputID,
 	}
-	if cfg.StateDir == "" {
-		cfg.StateDir = filepath.Join(tf.warehouse, "_icesink", *sinkID)
+	if cfg.StateDir == "" && *coordAddr == "" {
+		if cfg.StateDir, err = tf.localStateDir(*sinkID); err != nil {
+			return err
+		}
 	}
 	if cfg.Writer.Failpoint, err = failpointFromEnv(); err != nil {
 		return err
@@ -466,7 +467,7 @@ func commitLog(l *slog.Logger) func(sink.Progress) {
 		}
 		commits = p.Commits
 		rate := float64(p.Changes) / max(p.Elapsed.Seconds(), 1e-9)
-		attrs := []any{"commits", p.Commits, "epoch", p.LastCommit.Epoch, "read_lines", p.Line, "changes", p.Changes, "changes_per_s", int64(rate)}
+		attrs := []any{"commits", p.Commits, "epoch", p.LastCommit.Epoch, "commit_ms", p.CommitLatency.Milliseconds(), "read_lines", p.Line, "changes", p.Changes, "changes_per_s", int64(rate)}
 		if p.LastCommit.Offsets != nil {
 			attrs = append(attrs, "offsets", formatOffsets(p.LastCommit.Offsets))
 		}

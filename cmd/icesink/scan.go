@@ -21,7 +21,7 @@ func openTable(ctx context.Context, tf tableFlags) (*warehouse.Warehouse, *table
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: --table: %v", errUsage, err)
 	}
-	wh, err := warehouse.Open(ctx, tf.warehouse, warehouse.Options{CatalogURI: tf.catalogURI})
+	wh, err := warehouse.Open(ctx, tf.warehouse, tf.options())
 	if err != nil {
 		return nil, nil, err
 	}
