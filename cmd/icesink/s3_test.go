@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -70,26 +71,19 @@ func weedS3(t *testing.T) (s3, rest string) {
 
 // syncBuffer is a bytes.Buffer safe for a child's output and a reader.
 type syncBuffer struct {
-	mu chan struct{}
+	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (s *syncBuffer) lock() {
-	if s.mu == nil {
-		s.mu = make(chan struct{}, 1)
-	}
-	s.mu <- struct{}{}
-}
-
 func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.lock()
-	defer func() { <-s.mu }()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.b.Write(p)
 }
 
 func (s *syncBuffer) String() string {
-	s.lock()
-	defer func() { <-s.mu }()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	return s.b.String()
 }
 
