@@ -32,6 +32,13 @@ type Config struct {
 	// CommitBackoff is the wait before the first retry of a failed commit;
 	// it doubles with each further retry. Default: 10.
 	CommitBackoff int
+	// BarrierInterval, when positive, makes the coordinator drive the
+	// epochs: every so many ticks it asks every live writer to end the
+	// lowest undecided epoch (MsgBarrier), so that writers whose inputs
+	// share no line numbers (a Kafka topic's partitions) end each epoch
+	// together. Writers that end epochs on their own ignore it. Default: 0
+	// (off).
+	BarrierInterval int
 	// Job identifies what this coordinator commits (table UUID, schema,
 	// sink id, ...): a writer whose Register.Job gives another value for
 	// any of these keys is refused at join, before it writes a file. Keys
@@ -79,7 +86,7 @@ func (c Config) validate() error {
 		return fmt.Errorf("coordinator: config: Vnodes %d out of range [1, %d]", c.Vnodes, 1<<20)
 	case c.CommitBytes < 0:
 		return fmt.Errorf("coordinator: config: negative CommitBytes %d", c.CommitBytes)
-	case c.AlignTimeout < 0 || c.PayloadTimeout < 0 || c.RescaleTimeout < 0 || c.CommitBackoff < 0:
+	case c.AlignTimeout < 0 || c.PayloadTimeout < 0 || c.BarrierInterval < 0 || c.RescaleTimeout < 0 || c.CommitBackoff < 0:
 		return fmt.Errorf("coordinator: config: negative tick count")
 	case c.CommitAttempts < 0:
 		return fmt.Errorf("coordinator: config: negative CommitAttempts %d", c.CommitAttempts)

@@ -600,6 +600,13 @@ func (m *Machine) abort(reason error) {
 
 func (m *Machine) tick() {
 	m.now++
+	if m.cfg.BarrierInterval > 0 && m.now%m.cfg.BarrierInterval == 0 {
+		for _, w := range m.sortedWriters() {
+			if w.role == roleActive && w.welcomed {
+				m.send(Message{To: w.id, Type: MsgBarrier, Epoch: m.lastDecided + 1})
+			}
+		}
+	}
 	for _, e := range m.undecided {
 		if m.now-e.since >= m.cfg.AlignTimeout {
 			te := &TimeoutError{Epoch: e.epoch, Wait: "alignment", Ticks: m.now - e.since,

@@ -167,6 +167,8 @@ func (r *scriptRunner) run(b scriptBlock) string {
 				cfg.CommitAttempts = n
 			case "backoff":
 				cfg.CommitBackoff = n
+			case "barrier":
+				cfg.BarrierInterval = n
 			default:
 				fail("unknown config key %q", k)
 			}

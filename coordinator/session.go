@@ -142,6 +142,13 @@ func (s *LocalSession) Gone() <-chan struct{} { return s.box.GoneCh() }
 // Err returns why the session ended, or nil.
 func (s *LocalSession) Err() error { return s.box.Err() }
 
+// Barriers delivers the coordinator's requests to end an epoch
+// (Config.BarrierInterval): the epoch to end. A request the writer has not
+// taken is replaced by a newer one. When the session ends (an abort, the
+// coordinator gone) it delivers math.MaxUint64: the writer's next
+// Checkpoint returns why.
+func (s *LocalSession) Barriers() <-chan uint64 { return s.box.Barriers() }
+
 // deliver hands a message from the machine to the session; it never blocks.
 func (s *LocalSession) deliver(m Message) {
 	switch m.Type {
@@ -154,6 +161,8 @@ func (s *LocalSession) deliver(m Message) {
 	case MsgAbort:
 		s.box.Registered(0, m.Err) // a registration still waiting is refused
 		s.box.End(m.Err, m.Resume)
+	case MsgBarrier:
+		s.box.Barrier(m.Epoch)
 	case MsgError:
 		s.box.Registered(0, m.Err)
 		// Not an abort: results of epochs already sent may still come.

@@ -118,6 +118,9 @@ const (
 	// MsgError refuses a request (a registration, or a request of a session
 	// that is no longer live); Err says why.
 	MsgError
+	// MsgBarrier asks the writer to end Epoch now (Config.BarrierInterval),
+	// unless it has reported it already; it is repeated every interval.
+	MsgBarrier
 )
 
 // String names the message type.
@@ -133,6 +136,8 @@ func (t MessageType) String() string {
 		return "abort"
 	case MsgError:
 		return "error"
+	case MsgBarrier:
+		return "barrier"
 	}
 	return fmt.Sprintf("MessageType(%d)", int(t))
 }
@@ -169,6 +174,8 @@ func (m Message) String() string {
 			return fmt.Sprintf("%v result %d committed", m.To, m.Epoch)
 		}
 		return fmt.Sprintf("%v result %d error: %v", m.To, m.Epoch, m.Err)
+	case MsgBarrier:
+		return fmt.Sprintf("%v barrier %d", m.To, m.Epoch)
 	}
 	return fmt.Sprintf("%v %v: %v", m.To, m.Type, m.Err)
 }

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -96,6 +97,9 @@ type Source struct {
 	high     map[int32]int64 // the latest high watermark seen per partition
 	done     map[int32]int64 // the offsets of the last Iceberg commit
 	commitMu sync.Mutex      // one group offset commit at a time
+	// wantBarrier is set by RequestBarrier; wake interrupts a poll.
+	wantBarrier atomic.Bool
+	wake        chan struct{}
 }
 
 // Open connects to the brokers; reading starts at Seek.
@@ -114,7 +118,7 @@ func Open(ctx context.Context, cfg Config, dec Decoder) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: connecting to %s: %w", strings.Join(cfg.Brokers, ","), err)
 	}
-	return &Source{cfg: cfg, dec: dec, cl: cl, adm: kadm.NewClient(cl), high: map[int32]int64{}, done: map[int32]int64{}}, nil
+	return &Source{cfg: cfg, dec: dec, cl: cl, adm: kadm.NewClient(cl), high: map[int32]int64{}, done: map[int32]int64{}, wake: make(chan struct{}, 1)}, nil
 }
 
 // Close disconnects.
@@ -249,14 +253,28 @@ func (s *Source) stopped() bool {
 	}
 }
 
+// RequestBarrier makes Next return a barrier before its next record, also
+// while it waits for records: the coordinator asked to end the epoch
+// (sink.Config.BarrierInterval). Safe from any goroutine.
+func (s *Source) RequestBarrier() {
+	s.wantBarrier.Store(true)
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
 // Next returns the next record: a change, or a barrier when the checkpoint
-// interval has passed. It returns io.EOF on Stop, or with StopAtEnd once
+// interval has passed or RequestBarrier asked for one. It returns io.EOF on Stop, or with StopAtEnd once
 // caught up. A bad message fails with its topic, partition and offset.
 func (s *Source) Next() (changelog.Record, error) {
 	if s.next == nil {
 		return changelog.Record{}, errors.New("kafka: Next before Seek")
 	}
 	for {
+		if s.wantBarrier.Swap(false) {
+			return changelog.Record{Barrier: true, Line: s.count}, nil
+		}
 		if s.cfg.CheckpointInterval > 0 && !time.Now().Before(s.barrier) {
 			s.barrier = s.nextBarrier()
 			return changelog.Record{Barrier: true, Line: s.count}, nil
@@ -304,15 +322,15 @@ func (s *Source) poll() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	if s.cfg.Stop != nil {
-		go func() {
-			select {
-			case <-s.cfg.Stop:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-	}
+	go func() {
+		select {
+		case <-s.cfg.Stop: // nil: never
+			cancel()
+		case <-s.wake:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	fs := s.cl.PollFetches(ctx)
 	var err error
 	fs.EachError(func(topic string, p int32, e error) {

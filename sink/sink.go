@@ -77,6 +77,19 @@ type partitionedSource interface {
 	Vnode() int
 }
 
+// barrierSource is a source that can end a checkpoint when asked (a Kafka
+// source: RequestBarrier makes its Next return a barrier promptly, also
+// while it waits for records).
+type barrierSource interface {
+	RequestBarrier()
+}
+
+// barrierSession is a coordinator session that passes on the
+// coordinator's requests to end an epoch (sink.Config.BarrierInterval).
+type barrierSession interface {
+	Barriers() <-chan uint64
+}
+
 // committedNotifier is an OffsetSource told of each commit (a Kafka
 // source commits the offsets to its consumer group, for monitoring).
 type committedNotifier interface {
@@ -151,6 +164,12 @@ type Config struct {
 	// fingerprint of the input's first bytes when the Source can give one
 	// (changelog.Decoder.Identity).
 	InputID string
+	// BarrierInterval, for a coordinator serving other processes
+	// (StartCoordinator), asks every writer to end its epoch this often
+	// (coordinator.Config.BarrierInterval): writers reading a partitioned
+	// input (a Kafka consumer group) end their checkpoints only then, all
+	// at the same epoch. 0: off; writers end epochs on their own.
+	BarrierInterval time.Duration
 	// Timeouts bound the coordinator's waits; zero fields take their
 	// defaults.
 	Timeouts Timeouts
@@ -562,7 +581,8 @@ func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*c
 	coord, err := coordinator.Start(ctx, coordinator.Config{
 		Vnodes: cfg.Vnodes, CommitInterval: cfg.CommitInterval, CommitBytes: cfg.CommitBytes,
 		AlignTimeout: ticks(cfg.Timeouts.Align), PayloadTimeout: ticks(cfg.Timeouts.Payload),
-		Job: jobOf(cm.Table(), cfg.SinkID),
+		BarrierInterval: ticks(cfg.BarrierInterval),
+		Job:             jobOf(cm.Table(), cfg.SinkID),
 	}, ec, store, opts...)
 	if err != nil {
 		closeStore()
@@ -972,6 +992,42 @@ func route_(ctx context.Context, cfg Config, src Source, writers []*writer, rout
 	osrc, _ := src.(OffsetSource)
 	psrc, byPartition := src.(partitionedSource)
 	byPartition = byPartition && psrc.RoutesByPartition()
+	// With a partitioned input under a remote coordinator, the
+	// coordinator's barriers end the epochs: want is the highest epoch it
+	// asked to end, and a barrier record from the source ends one only
+	// while want is ahead of the epochs already ended.
+	var want atomic.Uint64
+	bsrc, followBarriers := src.(barrierSource)
+	if followBarriers {
+		// A source waiting for records returns a barrier when the run is
+		// canceled, so the router sees it.
+		defer context.AfterFunc(ctx, bsrc.RequestBarrier)()
+	}
+	followBarriers = followBarriers && byPartition && cfg.Connect != nil
+	if followBarriers {
+		stop := make(chan struct{})
+		defer close(stop)
+		for _, w := range writers {
+			bs, ok := w.sess.(barrierSession)
+			if !ok {
+				continue
+			}
+			go func() {
+				for {
+					select {
+					case e := <-bs.Barriers():
+						for old := want.Load(); e > old && !want.CompareAndSwap(old, e); old = want.Load() {
+						}
+						bsrc.RequestBarrier()
+					case <-stop:
+						return
+					case <-ctx.Done():
+						return
+					}
+				}
+			}()
+		}
+	}
 	checkpoint := func(line int64, final bool) error {
 		id := inputID(cfg, src)
 		var offsets map[string]string
@@ -1002,6 +1058,12 @@ func route_(ctx context.Context, cfg Config, src Source, writers []*writer, rout
 		res.Line = rec.Line
 		res.Elapsed = time.Since(began)
 		if rec.Barrier {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if followBarriers && want.Load() <= res.Epoch {
+				continue // the coordinator's request for an epoch already ended
+			}
 			if err := checkpoint(rec.Line, false); err != nil {
 				return err
 			}

@@ -104,7 +104,7 @@ var cliSchema = iceberg.NewSchemaWithIdentifiers(0, []int{1},
 // stream writes a random changelog of n lines over nkeys keys to a file,
 // with a barrier every so often, and returns the model's final state after
 // each line: states[i] is the state after line i+1, as scan would print it.
-func stream(t *testing.T, rng *rand.Rand, n, nkeys int) (path string, lines [][]byte) {
+func stream(t testing.TB, rng *rand.Rand, n, nkeys int) (path string, lines [][]byte) {
 	t.Helper()
 	enc, err := changelog.NewEncoder(cliSchema)
 	if err != nil {
@@ -137,7 +137,7 @@ func stream(t *testing.T, rng *rand.Rand, n, nkeys int) (path string, lines [][]
 }
 
 // expectedScan returns what scan prints for the first n lines of a stream.
-func expectedScan(t *testing.T, lines [][]byte, n int) string {
+func expectedScan(t testing.TB, lines [][]byte, n int) string {
 	t.Helper()
 	var in bytes.Buffer
 	for _, l := range lines[:n] {
@@ -179,7 +179,7 @@ func expectedScan(t *testing.T, lines [][]byte, n int) string {
 	return out.String()
 }
 
-func writeSchema(t *testing.T) string {
+func writeSchema(t testing.TB) string {
 	t.Helper()
 	b, err := cliSchema.MarshalJSON()
 	if err != nil {

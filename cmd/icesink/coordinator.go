@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"time"
 
 	"github.com/icesink/icesink/coordinator"
 	"github.com/icesink/icesink/coordinator/coordgrpc"
@@ -27,6 +28,7 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	interval := fs.Uint64("commit-interval", 1, "commit every `K` checkpoints")
 	commitBytes := fs.String("commit-bytes", "0", "also commit when all writers together buffer this much; 0 = off")
 	vnodeCount := fs.Int("vnode-count", 256, "number of vnodes")
+	checkpointInterval := fs.Duration("checkpoint-interval", 10*time.Second, "ask every writer to end its checkpoint this often (Kafka consumer-group writers end theirs only then); 0 = off")
 	sinkID := fs.String("sink-id", "icesink", "sink `ID` recorded in snapshot summaries")
 	stateDir := fs.String("state-dir", "", "`DIR` for the coordinator's checkpoints (default: DIR/_icesink/SINK-ID)")
 	var sf specFlags
@@ -96,7 +98,7 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	c, stop, err := sink.StartCoordinator(ctx, sink.Config{
 		Loader: wh.Catalog, Ident: ident, SinkID: *sinkID, CommitInterval: *interval,
-		CommitBytes: cb, Vnodes: *vnodeCount, StateDir: *stateDir, Retention: retention, Timeouts: timeouts,
+		CommitBytes: cb, Vnodes: *vnodeCount, BarrierInterval: *checkpointInterval, StateDir: *stateDir, Retention: retention, Timeouts: timeouts,
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
 	})
 	if err != nil {

@@ -37,7 +37,7 @@ func (f *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.topic, "topic", "", "with --kafka-brokers: the `TOPIC` (all its partitions)")
 	fs.StringVar(&f.group, "group", "", "with --kafka-brokers: a consumer `GROUP` told the offsets of every commit, for lag monitoring (the table, not the group, says where a run resumes)")
 	fs.StringVar(&f.start, "kafka-start", "earliest", "with --kafka-brokers: where partitions the table holds no offset for begin: earliest or latest")
-	fs.DurationVar(&f.interval, "checkpoint-interval", 10*time.Second, "with --kafka-brokers: end a checkpoint this often, also when idle (besides --checkpoint-rows)")
+	fs.DurationVar(&f.interval, "checkpoint-interval", 10*time.Second, "with --kafka-brokers: end a checkpoint this often, also when idle (besides --checkpoint-rows); with --coordinator the coordinator's --checkpoint-interval does")
 	fs.DurationVar(&f.session, "kafka-session-timeout", 45*time.Second, "with --group and --coordinator: how long the group waits for a silent process (killed) before its partitions go to the others")
 	fs.DurationVar(&f.coordWait, "coordinator-wait", 2*time.Minute, "with --group and --coordinator: how long to wait out an unreachable or failing coordinator (a restart) before giving up")
 	fs.BoolVar(&f.stopAtEnd, "stop-at-end", false, "with --kafka-brokers: stop once the partitions are read up to their end offsets at start (a backfill); default: run until SIGINT or SIGTERM, which commit what was read")
@@ -83,6 +83,11 @@ func (f *kafkaFlags) open(ctx context.Context, dec *changelog.Decoder, stop <-ch
 	}
 	if f.start == "latest" {
 		cfg.Start = kafka.Latest
+	}
+	if f.grouped() {
+		// The coordinator's barriers end the checkpoints of every process
+		// at once (icesink coordinator --checkpoint-interval).
+		cfg.CheckpointInterval = 0
 	}
 	return kafka.Open(ctx, cfg, dec)
 }

@@ -23,12 +23,12 @@ import (
 
 // kafkaStream starts an in-process Kafka broker (kfake, in this test
 // process; the icesink processes connect to it) with topic cdc of three
-// partitions, and returns its address and a function producing changelog
-// lines: changes to partition id%3, barrier lines to 0. ends counts the
-// records per partition produced so far.
-func kafkaStream(t *testing.T) (addr string, produce func(lines [][]byte), ends map[int32]int) {
+// partitions (parts of them), and returns its address and a function
+// producing changelog lines: changes to partition id%parts, barrier lines
+// to 0. ends counts the records per partition produced so far.
+func kafkaStream(t testing.TB, parts int32) (addr string, produce func(lines [][]byte), ends map[int32]int) {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "cdc"))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, "cdc"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func kafkaStream(t *testing.T) (addr string, produce func(lines [][]byte), ends 
 		t.Helper()
 		var recs []*kgo.Record
 		for _, l := range lines {
-			p := partitionOf(t, l)
+			p := partitionOf(t, l, parts)
 			ends[p]++
 			recs = append(recs, &kgo.Record{Value: bytes.Clone(l), Partition: p})
 		}
@@ -81,7 +81,7 @@ func TestKafkaCrashAndRerun(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(13, 13))
 	_, lines := stream(t, rng, 24000, 3000)
-	addr, produce, ends := kafkaStream(t)
+	addr, produce, ends := kafkaStream(t, 3)
 	produce(lines[:20000])
 	wh := t.TempDir()
 	args := []string{"run", "--warehouse", wh, "--table", "db.t", "--schema", writeSchema(t), "--kafka-brokers", addr, "--topic", "cdc",
@@ -136,7 +136,7 @@ func TestKafkaCrashAndRerun(t *testing.T) {
 func TestKafkaSignalCommitsWhatWasRead(t *testing.T) {
 	rng := rand.New(rand.NewPCG(17, 17))
 	_, lines := stream(t, rng, 3000, 300)
-	addr, produce, _ := kafkaStream(t)
+	addr, produce, _ := kafkaStream(t, 3)
 	produce(lines)
 	wh := t.TempDir()
 	cmd := exec.Command(binary, "run", "--warehouse", wh, "--table", "db.t", "--schema", writeSchema(t), "--kafka-brokers", addr, "--topic", "cdc",
@@ -167,7 +167,7 @@ func TestKafkaSignalCommitsWhatWasRead(t *testing.T) {
 	var read [][]byte
 	seen := map[int32]int{}
 	for _, l := range lines {
-		p := partitionOf(t, l)
+		p := partitionOf(t, l, 3)
 		if off, _ := strconv.Atoi(last.Properties[commit.PropOffsetPrefix+"cdc."+strconv.Itoa(int(p))]); seen[p] < off {
 			read = append(read, l)
 		}
@@ -183,7 +183,7 @@ func TestKafkaSignalCommitsWhatWasRead(t *testing.T) {
 }
 
 // partitionOf is the partition kafkaStream sends a line to.
-func partitionOf(t *testing.T, l []byte) int32 {
+func partitionOf(t testing.TB, l []byte, parts int32) int32 {
 	dec, err := changelog.NewDecoder(strings.NewReader(""), changelog.ChangelogJSON, cliSchema)
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +192,7 @@ func partitionOf(t *testing.T, l []byte) int32 {
 	if err != nil || rec.Barrier {
 		return 0
 	}
-	return int32(rec.Changes[0].Row[0].(int64) % 3)
+	return int32(rec.Changes[0].Row[0].(int64) % int64(parts))
 }
 
 // TestKafkaGroupScaleOut: processes in one consumer group split the
@@ -211,7 +211,7 @@ func TestKafkaGroupScaleOut(t *testing.T) {
 	defer cancel()
 	rng := rand.New(rand.NewPCG(19, 19))
 	_, lines := stream(t, rng, 12000, 1500)
-	addr, produce, ends := kafkaStream(t)
+	addr, produce, ends := kafkaStream(t, 3)
 	wh := mpWarehouse(t)
 	// The coordinator listens on a fixed port, so that the consumers find
 	// it again after it is killed and restarted.
@@ -223,7 +223,7 @@ func TestKafkaGroupScaleOut(t *testing.T) {
 	l.Close()
 	startCoordinator := func() *mpProc {
 		t.Helper()
-		coord := mpStart(t, ctx, "coordinator", "--warehouse", wh, "--table", mpTable, "--listen", caddr, "--vnode-count", "3", "--align-timeout", "30s")
+		coord := mpStart(t, ctx, "coordinator", "--warehouse", wh, "--table", mpTable, "--listen", caddr, "--vnode-count", "3", "--align-timeout", "30s", "--checkpoint-interval", "500ms")
 		for !servingRE.MatchString(coord.output()) {
 			select {
 			case <-coord.done:
@@ -239,7 +239,7 @@ func TestKafkaGroupScaleOut(t *testing.T) {
 	var procs []*mpProc
 	consumer := func() *mpProc {
 		p := mpStart(t, ctx, "run", "--warehouse", wh, "--table", mpTable, "--kafka-brokers", addr, "--topic", "cdc",
-			"--group", "sink", "--coordinator", caddr, "--checkpoint-interval", "500ms", "--kafka-session-timeout", "6s",
+			"--group", "sink", "--coordinator", caddr, "--kafka-session-timeout", "6s",
 			"--spill-dir", t.TempDir(), "--log-format", "json")
 		procs = append(procs, p)
 		return p
@@ -339,7 +339,7 @@ func TestKafkaGroupScaleOut(t *testing.T) {
 
 // committedLineOf is committedLine without failing on a table being
 // committed to (a reader may race a commit's metadata).
-func committedLineOf(t *testing.T, wh string) int64 {
+func committedLineOf(t testing.TB, wh string) int64 {
 	t.Helper()
 	w, err := warehouse.Open(context.Background(), wh, warehouse.Options{})
 	if err != nil {

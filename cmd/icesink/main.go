@@ -164,7 +164,7 @@ type tableFlags struct {
 func (t *tableFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.warehouse, "warehouse", "", "warehouse `DIR` (embedded SQLite catalog at DIR/catalog.db, table data under DIR), or s3://BUCKET/PATH with --catalog-uri")
 	fs.StringVar(&t.table, "table", "", "table `NS.NAME`")
-	fs.StringVar(&t.catalogURI, "catalog-uri", "", "SQL catalog `URI`: postgres://... or sqlite:FILE; default: the embedded SQLite catalog in the warehouse folder")
+	fs.StringVar(&t.catalogURI, "catalog-uri", "", "catalog `URI`: postgres://..., sqlite:FILE or an Iceberg REST catalog's http(s)://...; default: the embedded SQLite catalog in the warehouse folder")
 	fs.StringVar(&t.s3Endpoint, "s3-endpoint", "", "S3 endpoint `URL` of an s3:// warehouse (an S3-compatible server; path-style addressing); default: AWS")
 	fs.StringVar(&t.s3Region, "s3-region", "", "S3 `REGION` of an s3:// warehouse (default: AWS_REGION, or us-east-1)")
 	t.props = propertyFlag{}

@@ -195,7 +195,7 @@ func mpContext(t *testing.T) context.Context {
 }
 
 // mpWarehouse creates the table, as a first run would.
-func mpWarehouse(t *testing.T) string {
+func mpWarehouse(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
 	w, err := warehouse.Open(context.Background(), dir, warehouse.Options{})
@@ -240,7 +240,7 @@ func (p *mpProc) wait(ctx context.Context) error {
 	}
 }
 
-func mpStart(t *testing.T, ctx context.Context, args ...string) *mpProc {
+func mpStart(t testing.TB, ctx context.Context, args ...string) *mpProc {
 	t.Helper()
 	p := &mpProc{cmd: exec.CommandContext(ctx, binary, args...), done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p, p

@@ -149,7 +149,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		fs.Visit(func(f *flag.Flag) {
 			switch f.Name {
 			case "commit-interval", "commit-bytes", "retain-snapshots", "expire-older-than", "max-manifests", "state-dir",
-				"align-timeout", "payload-timeout", "commit-timeout":
+				"align-timeout", "payload-timeout", "commit-timeout", "checkpoint-interval":
 				decided = append(decided, "--"+f.Name)
 			}
 		})

@@ -138,6 +138,8 @@ func (s *session) recv() {
 			err := decodeError(m.Abort.GetError())
 			s.box.Registered(0, err)
 			s.endIfAborted(err)
+		case *coordpb.CoordinatorMessage_Barrier:
+			s.box.Barrier(m.Barrier.GetEpoch())
 		case *coordpb.CoordinatorMessage_Error:
 			err := decodeError(m.Error)
 			s.box.Registered(0, err)
@@ -154,6 +156,10 @@ func (s *session) endIfAborted(err error) {
 
 // Resume implements coordinator.Session.
 func (s *session) Resume() uint64 { return s.box.Resume() }
+
+// Barriers delivers the coordinator's requests to end an epoch (see
+// coordinator.LocalSession.Barriers).
+func (s *session) Barriers() <-chan uint64 { return s.box.Barriers() }
 
 // Checkpoint implements coordinator.Session.
 func (s *session) Checkpoint(ctx context.Context, epoch uint64, bufferedBytes int64, final bool) (bool, error) {

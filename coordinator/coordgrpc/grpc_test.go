@@ -3,6 +3,7 @@ package coordgrpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -240,5 +241,62 @@ func TestServeReportsFailure(t *testing.T) {
 	_ = sess.Commit(ctx, 1, []byte("payload"))
 	if err := <-done; !errors.Is(err, coordinator.ErrFailed) || !strings.Contains(err.Error(), "cannot promote") {
 		t.Fatalf("Serve returned %v, want the coordinator's failure", err)
+	}
+}
+
+// TestGRPCBarriers: the coordinator's barriers (Config.BarrierInterval)
+// reach writers over the wire; two writers that end their epochs only on
+// a barrier commit epoch after epoch, every one with both writers.
+func TestGRPCBarriers(t *testing.T) {
+	table := &jobtest.Table{}
+	c, addr := serve(t, coordinator.Config{Vnodes: 2, BarrierInterval: 1}, table)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	errs := make(chan error, 2)
+	for v := range uint32(2) {
+		go func() {
+			errs <- func() error {
+				sess, err := Dial(ctx, addr, roaring.BitmapOf(v))
+				if err != nil {
+					return err
+				}
+				defer sess.Close()
+				bs, ok := sess.(interface{ Barriers() <-chan uint64 })
+				if !ok {
+					return errors.New("the gRPC session passes on no barriers")
+				}
+				for epoch := sess.Resume() + 1; epoch <= 3; epoch++ {
+					var asked uint64
+					for asked < epoch {
+						select {
+						case asked = <-bs.Barriers():
+						case <-ctx.Done():
+							return fmt.Errorf("no barrier for epoch %d: %w", epoch, ctx.Err())
+						}
+					}
+					if asked != epoch {
+						return fmt.Errorf("barrier for epoch %d while writing epoch %d", asked, epoch)
+					}
+					commit, err := sess.Checkpoint(ctx, epoch, 0, epoch == 3)
+					if err != nil {
+						return err
+					}
+					if commit {
+						if err := sess.Commit(ctx, epoch, fmt.Appendf(nil, "%d|%d", v, epoch)); err != nil {
+							return err
+						}
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := table.Check(c.Vnodes(), 3); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"sync"
 
@@ -106,6 +107,22 @@ func (s *server) Session(stream coordpb.Coordinator_SessionServer) error {
 				send(&coordpb.CoordinatorMessage{Msg: &coordpb.CoordinatorMessage_Abort{Abort: &coordpb.Abort{Error: encodeError(err)}}})
 			}
 		case <-handlerDone:
+		}
+	})
+	// Pass the coordinator's barriers on as they come.
+	wg.Go(func() {
+		for {
+			select {
+			case e := <-ls.Barriers():
+				if e == math.MaxUint64 {
+					continue // the session ended: the stream says so itself
+				}
+				send(&coordpb.CoordinatorMessage{Msg: &coordpb.CoordinatorMessage_Barrier{Barrier: &coordpb.Barrier{Epoch: e}}})
+			case <-ls.Gone():
+				return
+			case <-handlerDone:
+				return
+			}
 		}
 	})
 	var recvErr error

@@ -317,6 +317,7 @@ type CoordinatorMessage struct {
 	//	*CoordinatorMessage_Result
 	//	*CoordinatorMessage_Abort
 	//	*CoordinatorMessage_Error
+	//	*CoordinatorMessage_Barrier
 	Msg           isCoordinatorMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -404,6 +405,15 @@ func (x *CoordinatorMessage) GetError() *Error {
 	return nil
 }
 
+func (x *CoordinatorMessage) GetBarrier() *Barrier {
+	if x != nil {
+		if x, ok := x.Msg.(*CoordinatorMessage_Barrier); ok {
+			return x.Barrier
+		}
+	}
+	return nil
+}
+
 type isCoordinatorMessage_Msg interface {
 	isCoordinatorMessage_Msg()
 }
@@ -428,6 +438,10 @@ type CoordinatorMessage_Error struct {
 	Error *Error `protobuf:"bytes,5,opt,name=error,proto3,oneof"`
 }
 
+type CoordinatorMessage_Barrier struct {
+	Barrier *Barrier `protobuf:"bytes,6,opt,name=barrier,proto3,oneof"`
+}
+
 func (*CoordinatorMessage_Registered) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Decision) isCoordinatorMessage_Msg() {}
@@ -437,6 +451,8 @@ func (*CoordinatorMessage_Result) isCoordinatorMessage_Msg() {}
 func (*CoordinatorMessage_Abort) isCoordinatorMessage_Msg() {}
 
 func (*CoordinatorMessage_Error) isCoordinatorMessage_Msg() {}
+
+func (*CoordinatorMessage_Barrier) isCoordinatorMessage_Msg() {}
 
 type Registered struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -605,6 +621,53 @@ func (x *Result) GetError() *Error {
 	return nil
 }
 
+// The coordinator asks the writer to end an epoch now, unless it has
+// reported it already (added with field 6 of CoordinatorMessage: older
+// writers ignore it and end epochs on their own).
+type Barrier struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Epoch         uint64                 `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Barrier) Reset() {
+	*x = Barrier{}
+	mi := &file_coordinator_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Barrier) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Barrier) ProtoMessage() {}
+
+func (x *Barrier) ProtoReflect() protoreflect.Message {
+	mi := &file_coordinator_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Barrier.ProtoReflect.Descriptor instead.
+func (*Barrier) Descriptor() ([]byte, []int) {
+	return file_coordinator_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Barrier) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 // The session was aborted; the writer restarts after error.resume.
 type Abort struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -615,7 +678,7 @@ type Abort struct {
 
 func (x *Abort) Reset() {
 	*x = Abort{}
-	mi := &file_coordinator_proto_msgTypes[8]
+	mi := &file_coordinator_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -627,7 +690,7 @@ func (x *Abort) String() string {
 func (*Abort) ProtoMessage() {}
 
 func (x *Abort) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_proto_msgTypes[8]
+	mi := &file_coordinator_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -640,7 +703,7 @@ func (x *Abort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Abort.ProtoReflect.Descriptor instead.
 func (*Abort) Descriptor() ([]byte, []int) {
-	return file_coordinator_proto_rawDescGZIP(), []int{8}
+	return file_coordinator_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Abort) GetError() *Error {
@@ -666,7 +729,7 @@ type Error struct {
 
 func (x *Error) Reset() {
 	*x = Error{}
-	mi := &file_coordinator_proto_msgTypes[9]
+	mi := &file_coordinator_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -678,7 +741,7 @@ func (x *Error) String() string {
 func (*Error) ProtoMessage() {}
 
 func (x *Error) ProtoReflect() protoreflect.Message {
-	mi := &file_coordinator_proto_msgTypes[9]
+	mi := &file_coordinator_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -691,7 +754,7 @@ func (x *Error) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Error.ProtoReflect.Descriptor instead.
 func (*Error) Descriptor() ([]byte, []int) {
-	return file_coordinator_proto_rawDescGZIP(), []int{9}
+	return file_coordinator_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Error) GetCode() string {
@@ -747,7 +810,7 @@ const file_coordinator_proto_rawDesc = "" +
 	"\x05final\x18\x03 \x01(\bR\x05final\"3\n" +
 	"\aPayload\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\xc9\x02\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\x86\x03\n" +
 	"\x12CoordinatorMessage\x12D\n" +
 	"\n" +
 	"registered\x18\x01 \x01(\v2\".icesink.coordinator.v1.RegisteredH\x00R\n" +
@@ -755,7 +818,8 @@ const file_coordinator_proto_rawDesc = "" +
 	"\bdecision\x18\x02 \x01(\v2 .icesink.coordinator.v1.DecisionH\x00R\bdecision\x128\n" +
 	"\x06result\x18\x03 \x01(\v2\x1e.icesink.coordinator.v1.ResultH\x00R\x06result\x125\n" +
 	"\x05abort\x18\x04 \x01(\v2\x1d.icesink.coordinator.v1.AbortH\x00R\x05abort\x125\n" +
-	"\x05error\x18\x05 \x01(\v2\x1d.icesink.coordinator.v1.ErrorH\x00R\x05errorB\x05\n" +
+	"\x05error\x18\x05 \x01(\v2\x1d.icesink.coordinator.v1.ErrorH\x00R\x05error\x12;\n" +
+	"\abarrier\x18\x06 \x01(\v2\x1f.icesink.coordinator.v1.BarrierH\x00R\abarrierB\x05\n" +
 	"\x03msg\"A\n" +
 	"\n" +
 	"Registered\x12\x16\n" +
@@ -767,7 +831,9 @@ const file_coordinator_proto_rawDesc = "" +
 	"\x05error\x18\x03 \x01(\v2\x1d.icesink.coordinator.v1.ErrorR\x05error\"S\n" +
 	"\x06Result\x12\x14\n" +
 	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x123\n" +
-	"\x05error\x18\x02 \x01(\v2\x1d.icesink.coordinator.v1.ErrorR\x05error\"<\n" +
+	"\x05error\x18\x02 \x01(\v2\x1d.icesink.coordinator.v1.ErrorR\x05error\"\x1f\n" +
+	"\aBarrier\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\"<\n" +
 	"\x05Abort\x123\n" +
 	"\x05error\x18\x01 \x01(\v2\x1d.icesink.coordinator.v1.ErrorR\x05error\"\x82\x01\n" +
 	"\x05Error\x12\x12\n" +
@@ -790,7 +856,7 @@ func file_coordinator_proto_rawDescGZIP() []byte {
 	return file_coordinator_proto_rawDescData
 }
 
-var file_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_coordinator_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_coordinator_proto_goTypes = []any{
 	(*WriterMessage)(nil),      // 0: icesink.coordinator.v1.WriterMessage
 	(*Register)(nil),           // 1: icesink.coordinator.v1.Register
@@ -800,31 +866,33 @@ var file_coordinator_proto_goTypes = []any{
 	(*Registered)(nil),         // 5: icesink.coordinator.v1.Registered
 	(*Decision)(nil),           // 6: icesink.coordinator.v1.Decision
 	(*Result)(nil),             // 7: icesink.coordinator.v1.Result
-	(*Abort)(nil),              // 8: icesink.coordinator.v1.Abort
-	(*Error)(nil),              // 9: icesink.coordinator.v1.Error
-	nil,                        // 10: icesink.coordinator.v1.Register.JobEntry
+	(*Barrier)(nil),            // 8: icesink.coordinator.v1.Barrier
+	(*Abort)(nil),              // 9: icesink.coordinator.v1.Abort
+	(*Error)(nil),              // 10: icesink.coordinator.v1.Error
+	nil,                        // 11: icesink.coordinator.v1.Register.JobEntry
 }
 var file_coordinator_proto_depIdxs = []int32{
 	1,  // 0: icesink.coordinator.v1.WriterMessage.register:type_name -> icesink.coordinator.v1.Register
 	2,  // 1: icesink.coordinator.v1.WriterMessage.report:type_name -> icesink.coordinator.v1.Report
 	3,  // 2: icesink.coordinator.v1.WriterMessage.payload:type_name -> icesink.coordinator.v1.Payload
-	10, // 3: icesink.coordinator.v1.Register.job:type_name -> icesink.coordinator.v1.Register.JobEntry
+	11, // 3: icesink.coordinator.v1.Register.job:type_name -> icesink.coordinator.v1.Register.JobEntry
 	5,  // 4: icesink.coordinator.v1.CoordinatorMessage.registered:type_name -> icesink.coordinator.v1.Registered
 	6,  // 5: icesink.coordinator.v1.CoordinatorMessage.decision:type_name -> icesink.coordinator.v1.Decision
 	7,  // 6: icesink.coordinator.v1.CoordinatorMessage.result:type_name -> icesink.coordinator.v1.Result
-	8,  // 7: icesink.coordinator.v1.CoordinatorMessage.abort:type_name -> icesink.coordinator.v1.Abort
-	9,  // 8: icesink.coordinator.v1.CoordinatorMessage.error:type_name -> icesink.coordinator.v1.Error
-	9,  // 9: icesink.coordinator.v1.Decision.error:type_name -> icesink.coordinator.v1.Error
-	9,  // 10: icesink.coordinator.v1.Result.error:type_name -> icesink.coordinator.v1.Error
-	9,  // 11: icesink.coordinator.v1.Abort.error:type_name -> icesink.coordinator.v1.Error
-	9,  // 12: icesink.coordinator.v1.Error.cause:type_name -> icesink.coordinator.v1.Error
-	0,  // 13: icesink.coordinator.v1.Coordinator.Session:input_type -> icesink.coordinator.v1.WriterMessage
-	4,  // 14: icesink.coordinator.v1.Coordinator.Session:output_type -> icesink.coordinator.v1.CoordinatorMessage
-	14, // [14:15] is the sub-list for method output_type
-	13, // [13:14] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	9,  // 7: icesink.coordinator.v1.CoordinatorMessage.abort:type_name -> icesink.coordinator.v1.Abort
+	10, // 8: icesink.coordinator.v1.CoordinatorMessage.error:type_name -> icesink.coordinator.v1.Error
+	8,  // 9: icesink.coordinator.v1.CoordinatorMessage.barrier:type_name -> icesink.coordinator.v1.Barrier
+	10, // 10: icesink.coordinator.v1.Decision.error:type_name -> icesink.coordinator.v1.Error
+	10, // 11: icesink.coordinator.v1.Result.error:type_name -> icesink.coordinator.v1.Error
+	10, // 12: icesink.coordinator.v1.Abort.error:type_name -> icesink.coordinator.v1.Error
+	10, // 13: icesink.coordinator.v1.Error.cause:type_name -> icesink.coordinator.v1.Error
+	0,  // 14: icesink.coordinator.v1.Coordinator.Session:input_type -> icesink.coordinator.v1.WriterMessage
+	4,  // 15: icesink.coordinator.v1.Coordinator.Session:output_type -> icesink.coordinator.v1.CoordinatorMessage
+	15, // [15:16] is the sub-list for method output_type
+	14, // [14:15] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_coordinator_proto_init() }
@@ -843,6 +911,7 @@ func file_coordinator_proto_init() {
 		(*CoordinatorMessage_Result)(nil),
 		(*CoordinatorMessage_Abort)(nil),
 		(*CoordinatorMessage_Error)(nil),
+		(*CoordinatorMessage_Barrier)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -850,7 +919,7 @@ func file_coordinator_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_coordinator_proto_rawDesc), len(file_coordinator_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

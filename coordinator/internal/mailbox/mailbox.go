@@ -5,6 +5,7 @@ package mailbox
 
 import (
 	"context"
+	"math"
 	"sync"
 )
 
@@ -37,6 +38,7 @@ type Box struct {
 	retired    bool
 	retiredAt  uint64
 	retiredErr func(epoch, at uint64) error
+	barriers   chan uint64 // the latest barrier not yet taken
 }
 
 // New returns an empty mailbox. retiredErr builds the error for a report
@@ -49,8 +51,31 @@ func New(retiredErr func(epoch, at uint64) error) *Box {
 		ended:      make(chan struct{}),
 		gone:       make(chan struct{}),
 		retiredErr: retiredErr,
+		barriers:   make(chan uint64, 1),
 	}
 }
+
+// Barrier keeps the coordinator's request to end epoch; it never blocks,
+// and a newer request replaces one not taken yet. End and Gone request
+// epoch math.MaxUint64: a writer waiting for a barrier learns of the end
+// at its next Checkpoint.
+func (b *Box) Barrier(epoch uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.barrierLocked(epoch)
+}
+
+func (b *Box) barrierLocked(epoch uint64) {
+	select {
+	case old := <-b.barriers:
+		epoch = max(epoch, old)
+	default:
+	}
+	b.barriers <- epoch
+}
+
+// Barriers delivers the coordinator's barrier requests (see Barrier).
+func (b *Box) Barriers() <-chan uint64 { return b.barriers }
 
 func isClosed(ch chan struct{}) bool {
 	select {
@@ -260,6 +285,7 @@ func (b *Box) endLocked(err error, keep uint64) {
 	}
 	b.endErr, b.keep = err, keep
 	close(b.ended)
+	b.barrierLocked(math.MaxUint64)
 }
 
 // Gone fails every wait with err: no message will arrive any more. Only the
@@ -272,6 +298,7 @@ func (b *Box) Gone(err error) {
 	}
 	b.goneErr = err
 	close(b.gone)
+	b.barrierLocked(math.MaxUint64)
 }
 
 // Ended is closed by End.
