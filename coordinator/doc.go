@@ -12,7 +12,12 @@
 // On every checkpoint barrier every writer reports its epoch, including
 // when it wrote nothing, with its buffered bytes. An epoch is aligned once
 // its reporters cover every vnode; then the coordinator takes one decision
-// for it and sends it to all of that epoch's writers. The epoch commits if
+// for it and sends it to all of that epoch's writers. Writers end epochs on
+// their own (the same input lines), or, when their inputs share no lines
+// (a Kafka topic's partitions), when the coordinator asks: with
+// Config.BarrierInterval set it sends every active writer MsgBarrier for
+// the lowest undecided epoch every interval, repeated until that epoch is
+// decided; the sessions deliver it on their Barriers channel. The epoch commits if
 // any of these holds: the epoch is a multiple of Config.CommitInterval;
 // Config.CommitBytes is set and the reports add up to at least that; a
 // writer marked its report final; a rescale is pending. On a commit epoch

@@ -54,9 +54,9 @@ type Config struct {
 	// Start is where partitions the table holds no offset for begin.
 	Start Start
 	// CheckpointInterval ends a checkpoint (a barrier record) at every
-	// multiple of it on the wall clock, also when no record arrives, so
-	// that processes sharing a topic end theirs at the same moments.
-	// 0: no timer.
+	// multiple of it on the wall clock, also when no record arrives: for a
+	// single process. Processes sharing a topic leave it 0 and end their
+	// checkpoints when the coordinator asks (RequestBarrier). 0: no timer.
 	CheckpointInterval time.Duration
 	// StopAtEnd ends the input (io.EOF) once every partition is read up to
 	// the end offsets it had when Seek ran: a backfill, or a test.
