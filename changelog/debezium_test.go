@@ -11,6 +11,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 	"github.com/apache/iceberg-go"
+
+	"github.com/icesink/icesink/deltawriter"
 )
 
 // debeziumSchema is a table as a Debezium MySQL source maps onto it:
@@ -147,5 +149,52 @@ func TestDebeziumEncodingErrors(t *testing.T) {
 		if le.Field != tc.field || !errors.Is(err, tc.kind) {
 			t.Errorf("%s: got %v (field %q), want a %v error on field %q", name, err, le.Field, tc.kind, tc.field)
 		}
+	}
+}
+
+// A Debezium delete whose before image is null deletes the row its record
+// key names (a plain key object or a schema envelope); without a key it is
+// refused, and a bad key is named.
+func TestDebeziumDeleteByRecordKey(t *testing.T) {
+	dec, err := NewDecoder(strings.NewReader(""), DebeziumJSON, compositeSchema())
+	if err != nil {
+		t.Fatal(err)
+	}
+	del := []byte(`{"before":null,"after":null,"op":"d"}`)
+	for _, key := range []string{
+		`{"tenant":"acme","id":7}`,
+		`{"schema":{"type":"struct","fields":[{"type":"string","field":"tenant"},{"type":"int64","field":"id"}]},"payload":{"id":7,"tenant":"acme"}}`,
+	} {
+		rec, skip, err := dec.DecodeKeyedMessage([]byte(key), del)
+		if err != nil || skip {
+			t.Fatalf("key %s: skip %v, err %v", key, skip, err)
+		}
+		if len(rec.Changes) != 1 || rec.Changes[0].Op != deltawriter.Delete || !sameRow(rec.Changes[0].Row, []any{"acme", int64(7), nil}) {
+			t.Fatalf("key %s: got %+v", key, rec.Changes)
+		}
+	}
+	// A before image wins over the key.
+	rec, _, err := dec.DecodeKeyedMessage([]byte(`{"tenant":"acme","id":7}`), []byte(`{"before":{"tenant":"b","id":8},"op":"d"}`))
+	if err != nil || !sameRow(rec.Changes[0].Row, []any{"b", int64(8), nil}) {
+		t.Fatalf("before and key: %+v, %v", rec.Changes, err)
+	}
+	for _, c := range []struct{ key, field, want string }{
+		{``, "before", "needs a non-null before"},
+		{`{"id":7}`, "tenant", "in key: key column is missing"},
+		{`{"tenant":"acme","id":7,"zz":1}`, "zz", "no such column"},
+		{`7`, "key", "must be an object"},
+		{`null`, "key", "record key is null"},
+		{`{"tenant":"acme","id":7} x`, "key", "after the top-level value"},
+	} {
+		_, _, err := dec.DecodeKeyedMessage([]byte(c.key), del)
+		var me *MessageError
+		if !errors.As(err, &me) || me.Field != c.field || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("key %q: got %v, want field %q and %q", c.key, err, c.field, c.want)
+		}
+	}
+	// Other messages leave the key unused.
+	rec, _, err = dec.DecodeKeyedMessage([]byte(`garbage`), []byte(`{"op":"c","after":{"tenant":"a","id":1,"v":"x"}}`))
+	if err != nil || rec.Changes[0].Op != deltawriter.Insert {
+		t.Fatalf("insert with a key: %+v, %v", rec.Changes, err)
 	}
 }

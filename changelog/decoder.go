@@ -3,6 +3,7 @@ package changelog
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -62,7 +63,8 @@ type Decoder struct {
 	stamp     uint32
 	err       error // sticky read error
 	head      *headReader
-	consumed  int64 // bytes of the lines consumed
+	consumed  int64  // bytes of the lines consumed
+	msgKey    []byte // the Kafka record key of the message being decoded
 }
 
 // identityBytes is how much of the input's head Identity covers.
@@ -182,6 +184,18 @@ func (d *Decoder) decode(b []byte) (rec Record, skip bool, err error) {
 // message came from. Record.Line is 0, and the decoder's line count does
 // not move. Record.Changes is reused by the next call, as with Next.
 func (d *Decoder) DecodeMessage(msg []byte) (rec Record, skip bool, err error) {
+	return d.DecodeKeyedMessage(nil, msg)
+}
+
+// DecodeKeyedMessage is DecodeMessage for a message that came with a
+// record key (a Kafka record's key). In debezium-json, a delete whose
+// before image is null (a connector that sends only the key) deletes the
+// row the key names: the key is a JSON object of the key columns, as
+// Debezium writes it, or such an object in the payload member of a
+// schema envelope. Errors in the key name the field "key".
+func (d *Decoder) DecodeKeyedMessage(key, msg []byte) (rec Record, skip bool, err error) {
+	d.msgKey = key
+	defer func() { d.msgKey = nil }()
 	if len(msg) > d.maxLine {
 		return Record{}, false, &MessageError{Err: kindErrf(ErrLineTooLong, "message longer than %d bytes", d.maxLine)}
 	}
@@ -546,14 +560,55 @@ func (d *Decoder) debeziumLine() (rec Record, skip bool, err error) {
 		d.changes[1] = deltawriter.Change{Op: deltawriter.UpdateAfter, Row: e.after}
 		return Record{Changes: d.changes[:2]}, false, nil
 	case 'd':
+		if e.before == nil && len(d.msgKey) > 0 {
+			row, err := d.keyRow(d.msgKey)
+			if err != nil {
+				return Record{}, false, err
+			}
+			e.before = row
+		}
 		if e.before == nil {
-			return Record{}, false, fieldErr("before", kindErr(ErrRecord, `op "d" needs a non-null before`))
+			return Record{}, false, fieldErr("before", kindErr(ErrRecord, `op "d" needs a non-null before (or a record key)`))
 		}
 		d.changes[0] = deltawriter.Change{Op: deltawriter.Delete, Row: e.before}
 		return Record{Changes: d.changes[:1]}, false, nil
 	}
 	// 't'
 	return Record{}, false, fieldErr("op", kindErr(ErrUnsupported, `truncate events (op "t") are not supported`))
+}
+
+// keyRow decodes a record key into a delete image: an object of the key
+// columns, or a schema envelope whose payload is one.
+func (d *Decoder) keyRow(key []byte) ([]any, error) {
+	obj := key
+	var env map[string]json.RawMessage
+	if json.Unmarshal(key, &env) == nil && len(env) == 2 && env["payload"] != nil && env["schema"] != nil {
+		if _, col := d.plan.byName["payload"]; !col {
+			obj = env["payload"]
+		}
+	}
+	saved := d.sc
+	defer func() { d.sc = saved }()
+	d.sc.reset(obj)
+	d.sc.ws()
+	row, stamp, err := d.row("key", "key")
+	if err == nil {
+		err = d.sc.end()
+	}
+	if err == nil && row == nil {
+		err = kindErr(ErrRecord, "the record key is null")
+	}
+	if err == nil {
+		err = d.check(row, stamp, false, "key")
+	}
+	if err != nil {
+		var fe *fieldError
+		if errors.As(err, &fe) {
+			return nil, err // a column, "in key"
+		}
+		return nil, fieldErr("key", err)
+	}
+	return row, nil
 }
 
 // envelope decodes a Debezium envelope object into e. At the top level

@@ -32,7 +32,7 @@
 //
 //	op "c", "r"  +I of after
 //	op "u"       -U of before when before is not null, then +U of after
-//	op "d"       -D of before
+//	op "d"       -D of before (null: of the record key, DecodeKeyedMessage)
 //	op "t"       an error (ErrUnsupported): a truncate cannot be applied per key
 //
 // Any other op is an error. Envelope members other than op, before and

@@ -73,9 +73,11 @@ type Config struct {
 	Options []kgo.Opt
 }
 
-// Decoder decodes one message; *changelog.Decoder is one.
+// Decoder decodes one message, given the record's key and value;
+// *changelog.Decoder is one (the key names the row of a Debezium delete
+// without a before image).
 type Decoder interface {
-	DecodeMessage(msg []byte) (rec changelog.Record, skip bool, err error)
+	DecodeKeyedMessage(key, msg []byte) (rec changelog.Record, skip bool, err error)
 }
 
 // Source reads one topic for the sink (sink.OffsetSource). Next, Seek and
@@ -291,14 +293,14 @@ func (s *Source) Next() (changelog.Record, error) {
 			if r.Value == nil {
 				continue // a tombstone: compaction's marker, no change
 			}
-			rec, skip, err := s.dec.DecodeMessage(r.Value)
+			rec, skip, err := s.dec.DecodeKeyedMessage(r.Key, r.Value)
 			if err != nil {
 				return changelog.Record{}, fmt.Errorf("kafka: topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
 			}
 			if skip || rec.Barrier && s.cfg.Partitions != nil {
 				// A barrier message in one partition is no barrier for
-				// the processes reading the others: the timer ends
-				// their checkpoints together.
+				// the processes reading the others: the coordinator
+				// ends their checkpoints together.
 				continue
 			}
 			rec.Line = s.count

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/icesink/icesink/changelog"
+	"github.com/icesink/icesink/deltawriter"
 	"github.com/icesink/icesink/kafka"
 )
 
@@ -170,6 +172,48 @@ func TestSourceNamesBadMessage(t *testing.T) {
 	var me *changelog.MessageError
 	if !errors.As(err, &me) || !errors.Is(err, changelog.ErrType) || !strings.Contains(err.Error(), "topic t partition 0 offset 1: field \"id\"") {
 		t.Fatalf("error %v, want one naming topic t partition 0 offset 1 and field id", err)
+	}
+}
+
+// The record key reaches the decoder: a Debezium delete without a before
+// image (the key only, as JSON) deletes the row the key names.
+func TestSourceDebeziumDeleteByKey(t *testing.T) {
+	c, cl := cluster(t, 1)
+	recs := []*kgo.Record{
+		{Key: []byte(`{"id":4}`), Value: []byte(`{"op":"c","after":{"id":4,"v":"a"}}`)},
+		{Key: []byte(`{"schema":{"type":"struct"},"payload":{"id":4}}`), Value: []byte(`{"op":"d","before":null,"after":null}`)},
+		{Key: []byte(`{"id":4}`), Value: nil}, // the tombstone that follows
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	dec, err := changelog.NewDecoder(strings.NewReader(""), changelog.DebeziumJSON, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := kafka.Open(context.Background(), kafka.Config{Brokers: c.ListenAddrs(), Topic: "t", StopAtEnd: true}, dec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Seek(context.Background(), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	var ops []string
+	for {
+		rec, err := s.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range rec.Changes {
+			ops = append(ops, fmt.Sprint(ch.Op, ch.Row[0]))
+		}
+	}
+	if want := []string{fmt.Sprint(deltawriter.Insert, int64(4)), fmt.Sprint(deltawriter.Delete, int64(4))}; !slices.Equal(ops, want) {
+		t.Fatalf("changes %v, want %v", ops, want)
 	}
 }
 
