@@ -9,14 +9,17 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Membership is this process's place in a consumer group that splits a
-// topic's partitions among the sink's processes. It only assigns: it
-// fetches nothing (the topic is paused), commits nothing, and the records
-// are read by a Source restricted to the assigned partitions, at the
-// offsets the table holds.
+// topic's partitions among the sink's processes. It assigns: it fetches
+// nothing (the topic is paused), and the records are read by a Source
+// restricted to the assigned partitions, at the offsets the table holds.
+// It commits to the group only the offsets of Iceberg commits, for lag
+// tools (Source.CommitThrough).
 type Membership struct {
 	cl    *kgo.Client
 	topic string
@@ -102,6 +105,33 @@ func (m *Membership) Wait(ctx context.Context, settle time.Duration) ([]int32, <
 		case <-time.After(wait):
 		}
 	}
+}
+
+// commit commits offs to the group as this member (its generation: an
+// active group refuses commits from outside it).
+func (m *Membership) commit(ctx context.Context, offs kadm.Offsets) error {
+	req := map[string]map[int32]kgo.EpochOffset{}
+	offs.Each(func(o kadm.Offset) {
+		if req[o.Topic] == nil {
+			req[o.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		req[o.Topic][o.Partition] = kgo.EpochOffset{Epoch: o.LeaderEpoch, Offset: o.At}
+	})
+	var err error
+	m.cl.CommitOffsetsSync(ctx, req, func(_ *kgo.Client, _ *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, cerr error) {
+		if cerr != nil {
+			err = cerr
+			return
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if e := kerr.ErrorForCode(p.ErrorCode); e != nil && err == nil {
+					err = fmt.Errorf("partition %d: %w", p.Partition, e)
+				}
+			}
+		}
+	})
+	return err
 }
 
 // Close leaves the group: the other members get this one's partitions.

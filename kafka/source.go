@@ -99,6 +99,7 @@ type Source struct {
 	high     map[int32]int64 // the latest high watermark seen per partition
 	done     map[int32]int64 // the offsets of the last Iceberg commit
 	commitMu sync.Mutex      // one group offset commit at a time
+	member   *Membership     // CommitThrough: commit to the group as this member
 	// wantBarrier is set by RequestBarrier; wake interrupts a poll.
 	wantBarrier atomic.Bool
 	wake        chan struct{}
@@ -357,6 +358,11 @@ func (s *Source) poll() error {
 	return nil
 }
 
+// CommitThrough makes Committed commit to the group through m, the
+// process's membership of Config.Group: a group with members refuses
+// commits from outside it. Call it before Seek.
+func (s *Source) CommitThrough(m *Membership) { s.member = m }
+
 // Committed records the offsets an Iceberg commit holds (for Lag) and
 // tells them to the consumer group (Config.Group), for lag monitoring.
 func (s *Source) Committed(ctx context.Context, props map[string]string) error {
@@ -372,6 +378,9 @@ func (s *Source) Committed(ctx context.Context, props map[string]string) error {
 		if err1 != nil || err2 != nil {
 			continue
 		}
+		if d, ok := s.done[int32(part)]; ok && off < d {
+			continue // an older commit told late: the offsets only move on
+		}
 		s.done[int32(part)] = off
 		offs.Add(kadm.Offset{Topic: s.cfg.Topic, Partition: int32(part), At: off, LeaderEpoch: -1})
 	}
@@ -381,6 +390,12 @@ func (s *Source) Committed(ctx context.Context, props map[string]string) error {
 	}
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
+	if s.member != nil {
+		if err := s.member.commit(ctx, offs); err != nil {
+			return fmt.Errorf("kafka: committing offsets to group %q: %w", s.cfg.Group, err)
+		}
+		return nil
+	}
 	resp, err := s.adm.CommitOffsets(ctx, s.cfg.Group, offs)
 	if err == nil {
 		resp.EachError(func(o kadm.OffsetResponse) {

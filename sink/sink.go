@@ -883,15 +883,22 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 		if byPartition && psrc.PartitionVnodes() != cfg.Vnodes {
 			return res, fmt.Errorf("the input has %d partitions, the sink routes by %d vnodes: with partitions split among processes, the vnode count must be the partition count", psrc.PartitionVnodes(), cfg.Vnodes)
 		}
-		if n, ok := src.(committedNotifier); ok && ec != nil {
+		if n, ok := src.(committedNotifier); ok {
 			log := cmp.Or(cfg.Logger, slog.Default())
-			ec.mu.Lock()
-			ec.onCommit = func(p Position) {
+			notify := func(p Position) {
 				if err := n.Committed(ctx, p.Offsets); err != nil && ctx.Err() == nil {
 					log.Warn("telling the consumer group the committed offsets (monitoring only)", "epoch", p.Epoch, "err", err)
 				}
 			}
-			ec.mu.Unlock()
+			if ec != nil {
+				ec.mu.Lock()
+				ec.onCommit = notify
+				ec.mu.Unlock()
+			} else {
+				// Under a remote coordinator the process learns of the
+				// commits of its epochs, and tells its own offsets.
+				writers[0].onCommit = notify
+			}
 		}
 	} else if start.Line > 0 {
 		if err := src.Skip(start.Line); err != nil {
@@ -1120,7 +1127,10 @@ type writer struct {
 	pub         atomic.Pointer[deltawriter.Stats]
 	pubBuffered atomic.Int64
 	published   bool // metrics are on: publish after each batch
-	done        bool // the final epoch is committed
+	// onCommit, when set, is told (in its own goroutine) of every epoch
+	// this writer committed with its input's offsets.
+	onCommit func(Position)
+	done     bool // the final epoch is committed
 	// stats are the writer's counters as the run left them, taken by
 	// close before the deltawriter is closed: closing drops its index and
 	// with it the spill counters (Stats after Close reads no spills).
@@ -1175,6 +1185,9 @@ func (w *writer) run(ctx context.Context) error {
 			w.inCommit = false
 			if err := w.dw.Committed(ctx); err != nil {
 				return err
+			}
+			if w.onCommit != nil && len(b.offsets) > 0 {
+				go w.onCommit(Position{Epoch: b.epoch, Line: b.line, InputID: b.inputID, Offsets: b.offsets})
 			}
 		}
 		if b.final {

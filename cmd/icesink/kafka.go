@@ -182,6 +182,7 @@ func (f *kafkaFlags) runGroup(ctx context.Context, cfg sink.Config, schema *iceb
 			return total, err
 		}
 		src.Restrict(parts)
+		src.CommitThrough(m)
 		cfg.OwnVnodes = own
 		res, err := sink.Run(runCtx, cfg, src)
 		close(stopWatch)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -315,6 +317,15 @@ func TestKafkaGroupScaleOut(t *testing.T) {
 	<-fed
 	waitCommitted(int64(len(lines)))
 	step("all committed")
+	// Each process commits its partitions' offsets to the group after
+	// the Iceberg commits (for lag tools): they reach the table's.
+	for !maps.Equal(groupOffsets(t, addr, "sink"), ends) {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the group's offsets %v, want the table's %v", groupOffsets(t, addr, "sink"), ends)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	for _, p := range []*mpProc{a2, b} {
 		p.cmd.Process.Signal(syscall.SIGTERM)
 	}
@@ -335,6 +346,27 @@ func TestKafkaGroupScaleOut(t *testing.T) {
 		t.Errorf("table after scale-out, kill and rejoin differs from the stream")
 	}
 	checkEpochsOnce(t, wh)
+}
+
+// groupOffsets returns the offsets of topic "cdc" that group committed.
+func groupOffsets(t testing.TB, addr, group string) map[int32]int {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).FetchOffsets(context.Background(), group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[int32]int{}
+	resp.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == "cdc" && o.Err == nil && o.At >= 0 {
+			out[o.Partition] = int(o.At)
+		}
+	})
+	return out
 }
 
 // committedLineOf is committedLine without failing on a table being
