@@ -69,6 +69,13 @@ type Config struct {
 	// is its partition (Vnode): the sink's coordinator then aligns the
 	// processes by partition. nil: every partition, records routed by key.
 	Partitions []int32
+	// DeadLetterTopic, when set, receives the records that fail to decode
+	// instead of stopping the run: each is produced there (key, value and
+	// headers as read, plus icesink.error.* headers naming the source
+	// topic, partition, offset and the error) before the next record is
+	// handed out, and skipped. Delivery is at least once: a window that
+	// is read again after a crash produces its bad records again.
+	DeadLetterTopic string
 	// Options are further franz-go client options (TLS, SASL, ...).
 	Options []kgo.Opt
 }
@@ -98,6 +105,7 @@ type Source struct {
 	mu       sync.Mutex
 	high     map[int32]int64 // the latest high watermark seen per partition
 	done     map[int32]int64 // the offsets of the last Iceberg commit
+	dead     map[int32]int64 // records sent to the dead-letter topic, per partition
 	commitMu sync.Mutex      // one group offset commit at a time
 	member   *Membership     // CommitThrough: commit to the group as this member
 	// wantBarrier is set by RequestBarrier; wake interrupts a poll.
@@ -121,7 +129,7 @@ func Open(ctx context.Context, cfg Config, dec Decoder) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kafka: connecting to %s: %w", strings.Join(cfg.Brokers, ","), err)
 	}
-	return &Source{cfg: cfg, dec: dec, cl: cl, adm: kadm.NewClient(cl), high: map[int32]int64{}, done: map[int32]int64{}, wake: make(chan struct{}, 1)}, nil
+	return &Source{cfg: cfg, dec: dec, cl: cl, adm: kadm.NewClient(cl), high: map[int32]int64{}, done: map[int32]int64{}, dead: map[int32]int64{}, wake: make(chan struct{}, 1)}, nil
 }
 
 // Close disconnects.
@@ -146,6 +154,19 @@ func (s *Source) Seek(ctx context.Context, props map[string]string, position int
 	}
 	if err := ends.Error(); err != nil {
 		return fmt.Errorf("kafka: listing the partitions of topic %q: %w", s.cfg.Topic, err)
+	}
+	if dl := s.cfg.DeadLetterTopic; dl != "" {
+		// Found missing now, not at the first bad record.
+		dls, err := s.adm.ListEndOffsets(ctx, dl)
+		if err == nil {
+			err = dls.Error()
+		}
+		if err == nil && len(dls[dl]) == 0 {
+			err = errors.New("no partitions (does it exist?)")
+		}
+		if err != nil {
+			return fmt.Errorf("kafka: dead-letter topic %q: %w", dl, err)
+		}
 	}
 	starts, err := s.adm.ListStartOffsets(ctx, s.cfg.Topic)
 	if err != nil {
@@ -296,7 +317,14 @@ func (s *Source) Next() (changelog.Record, error) {
 			}
 			rec, skip, err := s.dec.DecodeKeyedMessage(r.Key, r.Value)
 			if err != nil {
-				return changelog.Record{}, fmt.Errorf("kafka: topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
+				err = fmt.Errorf("kafka: topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
+				if s.cfg.DeadLetterTopic == "" {
+					return changelog.Record{}, err
+				}
+				if err := s.deadLetter(r, err); err != nil {
+					return changelog.Record{}, err
+				}
+				continue
 			}
 			if skip || rec.Barrier && s.cfg.Partitions != nil {
 				// A barrier message in one partition is no barrier for
@@ -356,6 +384,35 @@ func (s *Source) poll() error {
 	s.mu.Unlock()
 	s.buf = fs.Records()
 	return nil
+}
+
+// deadLetter produces the bad record r to Config.DeadLetterTopic and
+// waits for the broker to have it.
+func (s *Source) deadLetter(r *kgo.Record, why error) error {
+	headers := append(slices.Clip(r.Headers),
+		kgo.RecordHeader{Key: "icesink.error.topic", Value: []byte(r.Topic)},
+		kgo.RecordHeader{Key: "icesink.error.partition", Value: strconv.AppendInt(nil, int64(r.Partition), 10)},
+		kgo.RecordHeader{Key: "icesink.error.offset", Value: strconv.AppendInt(nil, r.Offset, 10)},
+		kgo.RecordHeader{Key: "icesink.error.message", Value: []byte(why.Error())},
+	)
+	dl := &kgo.Record{Topic: s.cfg.DeadLetterTopic, Key: r.Key, Value: r.Value, Headers: headers, Timestamp: r.Timestamp}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.cl.ProduceSync(ctx, dl).FirstErr(); err != nil {
+		return fmt.Errorf("kafka: sending the bad record to dead-letter topic %s: %w (the record: %w)", s.cfg.DeadLetterTopic, err, why)
+	}
+	s.mu.Lock()
+	s.dead[r.Partition]++
+	s.mu.Unlock()
+	return nil
+}
+
+// DeadLetters returns, per partition, how many records this source sent to
+// the dead-letter topic.
+func (s *Source) DeadLetters() map[int32]int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.dead)
 }
 
 // CommitThrough makes Committed commit to the group through m, the

@@ -175,6 +175,64 @@ func TestSourceNamesBadMessage(t *testing.T) {
 	}
 }
 
+// With a dead-letter topic, a record that fails to decode goes there, with
+// headers naming where it came from and why, and the run goes on; a
+// missing dead-letter topic is refused at Seek.
+func TestSourceDeadLetterTopic(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "t", "dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("t"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	bad := []byte(`{"op":"+I","data":{"id":"x"}}`)
+	produce(t, cl, []int64{0, 3, 6}, [][]byte{line(0), bad, line(6)})
+
+	s := open(t, c, kafka.Config{StopAtEnd: true, DeadLetterTopic: "nope"})
+	if err := s.Seek(context.Background(), nil, 0); err == nil || !strings.Contains(err.Error(), `dead-letter topic "nope"`) {
+		t.Fatalf("Seek with a missing dead-letter topic: %v", err)
+	}
+	s = open(t, c, kafka.Config{StopAtEnd: true, DeadLetterTopic: "dlq"})
+	if err := s.Seek(context.Background(), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := readAll(t, s)
+	if !slices.Equal(ids, []int64{0, 6}) {
+		t.Fatalf("ids %v, want [0 6]", ids)
+	}
+	if got := s.DeadLetters(); !maps.Equal(got, map[int32]int64{0: 1}) {
+		t.Fatalf("DeadLetters %v, want partition 0: 1", got)
+	}
+	if off := s.Offsets()[kafka.PropPrefix+"t.0"]; off != "3" {
+		t.Fatalf("partition 0's next offset %s, want 3 (past the bad record)", off)
+	}
+	rd, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("dlq"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rd.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var got []*kgo.Record
+	for len(got) == 0 && ctx.Err() == nil {
+		got = append(got, rd.PollFetches(ctx).Records()...)
+	}
+	if len(got) != 1 || string(got[0].Value) != string(bad) || string(got[0].Key) != "3" {
+		t.Fatalf("dead-letter records %v, want the bad record", got)
+	}
+	h := map[string]string{}
+	for _, x := range got[0].Headers {
+		h[x.Key] = string(x.Value)
+	}
+	if h["icesink.error.topic"] != "t" || h["icesink.error.partition"] != "0" || h["icesink.error.offset"] != "1" || !strings.Contains(h["icesink.error.message"], `field "id"`) {
+		t.Fatalf("dead-letter headers %v", h)
+	}
+}
+
 // The record key reaches the decoder: a Debezium delete without a before
 // image (the key only, as JSON) deletes the row the key names.
 func TestSourceDebeziumDeleteByKey(t *testing.T) {

@@ -27,6 +27,7 @@ import (
 // kafkaFlags select a Kafka topic as run's input.
 type kafkaFlags struct {
 	brokers, topic, group, start string
+	deadLetter                   string
 	interval, session, coordWait time.Duration
 	stopAtEnd                    bool
 	coordinator                  string // set by check
@@ -36,6 +37,7 @@ func (f *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.brokers, "kafka-brokers", "", "read the changelog from Kafka: seed brokers `HOST:PORT[,...]` (one record value = one event; offsets are kept in the table)")
 	fs.StringVar(&f.topic, "topic", "", "with --kafka-brokers: the `TOPIC` (all its partitions)")
 	fs.StringVar(&f.group, "group", "", "with --kafka-brokers: a consumer `GROUP` told the offsets of every commit, for lag monitoring (the table, not the group, says where a run resumes)")
+	fs.StringVar(&f.deadLetter, "dead-letter-topic", "", "with --kafka-brokers: send records that fail to decode to `TOPIC` (with icesink.error.* headers) and go on; default: stop the run at a bad record")
 	fs.StringVar(&f.start, "kafka-start", "earliest", "with --kafka-brokers: where partitions the table holds no offset for begin: earliest or latest")
 	fs.DurationVar(&f.interval, "checkpoint-interval", 10*time.Second, "with --kafka-brokers: end a checkpoint this often, also when idle (besides --checkpoint-rows); with --coordinator the coordinator's --checkpoint-interval does")
 	fs.DurationVar(&f.session, "kafka-session-timeout", 45*time.Second, "with --group and --coordinator: how long the group waits for a silent process (killed) before its partitions go to the others")
@@ -79,6 +81,7 @@ func (f *kafkaFlags) open(ctx context.Context, dec *changelog.Decoder, stop <-ch
 		Group:              f.group,
 		CheckpointInterval: f.interval,
 		StopAtEnd:          f.stopAtEnd,
+		DeadLetterTopic:    f.deadLetter,
 		Stop:               stop,
 	}
 	if f.start == "latest" {

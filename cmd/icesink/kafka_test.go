@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,7 +31,7 @@ import (
 // to 0. ends counts the records per partition produced so far.
 func kafkaStream(t testing.TB, parts int32) (addr string, produce func(lines [][]byte), ends map[int32]int) {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, "cdc"))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, "cdc", "dlq"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,6 +132,59 @@ func TestKafkaCrashAndRerun(t *testing.T) {
 		t.Errorf("table after crashes and reruns differs from the stream's final state")
 	}
 	checkEpochsOnce(t, wh)
+}
+
+// TestKafkaDeadLetterTopic: without --dead-letter-topic a bad record stops
+// the run naming it and commits nothing of its window; with it, the bad
+// records go to the topic and the table equals the good records' stream.
+func TestKafkaDeadLetterTopic(t *testing.T) {
+	_, lines := stream(t, rand.New(rand.NewPCG(17, 17)), 3000, 300)
+	addr, produce, ends := kafkaStream(t, 3)
+	bad := [][]byte{[]byte(`{"op":"+I","data":{"id":"x"}}`), []byte(`not json`)}
+	produce(lines[:1000])
+	badOffset := ends[0] // bad records go to partition 0
+	produce(bad[:1])
+	produce(lines[1000:2000])
+	produce(bad[1:])
+	produce(lines[2000:])
+	wh := t.TempDir()
+	args := []string{"run", "--warehouse", wh, "--table", "db.t", "--schema", writeSchema(t), "--kafka-brokers", addr, "--topic", "cdc",
+		"--stop-at-end", "--checkpoint-rows", "100000", "--quiet"}
+	_, stderr, code := icesink(t, args...)
+	if code == 0 || !strings.Contains(stderr, "kafka: topic cdc partition 0 offset") || !strings.Contains(stderr, `field "id"`) {
+		t.Fatalf("a bad record without a dead-letter topic: exit %d\n%s", code, stderr)
+	}
+	// Its barrier lines committed, but never past the bad record.
+	if off := committedOffset(t, wh, 0); off > badOffset {
+		t.Fatalf("the failed run committed partition 0 up to %d, past the bad record at %d", off, badOffset)
+	}
+	if _, stderr, code := icesink(t, append(args, "--dead-letter-topic", "dlq")...); code != 0 {
+		t.Fatalf("with a dead-letter topic: exit %d\n%s", code, stderr)
+	}
+	got, _, _ := icesink(t, "scan", "--warehouse", wh, "--table", "db.t")
+	if want := expectedScan(t, lines, len(lines)); got != want {
+		t.Errorf("the table differs from the stream without its bad records")
+	}
+	if n := committedLineOf(t, wh); n != int64(len(lines)+len(bad)) {
+		t.Errorf("the sink counted %d records, want %d", n, len(lines)+len(bad))
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addr), kgo.ConsumeTopics("dlq"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var dead []string
+	for len(dead) < len(bad) && ctx.Err() == nil {
+		for _, r := range cl.PollFetches(ctx).Records() {
+			dead = append(dead, string(r.Value))
+		}
+	}
+	slices.Sort(dead)
+	if want := []string{string(bad[1]), string(bad[0])}; !slices.Equal(dead, want) { // sorted
+		t.Errorf("dead-letter topic holds %q, want %q", dead, want)
+	}
 }
 
 // TestKafkaSignalCommitsWhatWasRead: a run following a topic (no
@@ -346,6 +400,20 @@ func TestKafkaGroupScaleOut(t *testing.T) {
 		t.Errorf("table after scale-out, kill and rejoin differs from the stream")
 	}
 	checkEpochsOnce(t, wh)
+}
+
+// committedOffset returns the next offset of partition p of topic "cdc"
+// the table's last commit holds (0: none).
+func committedOffset(t *testing.T, wh string, p int32) int {
+	t.Helper()
+	w := openWarehouse(t, wh)
+	cm, err := commit.NewCommitter(context.Background(), w.Catalog, []string{"db", "t"}, "icesink")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, _ := cm.Last()
+	n, _ := strconv.Atoi(last.Properties[commit.PropOffsetPrefix+"cdc."+strconv.Itoa(int(p))])
+	return n
 }
 
 // groupOffsets returns the offsets of topic "cdc" that group committed.
