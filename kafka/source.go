@@ -69,6 +69,11 @@ type Config struct {
 	// is its partition (Vnode): the sink's coordinator then aligns the
 	// processes by partition. nil: every partition, records routed by key.
 	Partitions []int32
+	// DiscoverInterval is how often a source reading every partition
+	// (Partitions nil) looks for partitions added to the topic; it reads
+	// them from their start, since all their records came after the run
+	// began. Default: 30s.
+	DiscoverInterval time.Duration
 	// DeadLetterTopic, when set, receives the records that fail to decode
 	// instead of stopping the run: each is produced there (key, value and
 	// headers as read, plus icesink.error.* headers naming the source
@@ -106,6 +111,7 @@ type Source struct {
 	high     map[int32]int64 // the latest high watermark seen per partition
 	done     map[int32]int64 // the offsets of the last Iceberg commit
 	dead     map[int32]int64 // records sent to the dead-letter topic, per partition
+	discover time.Time       // when to look for added partitions next
 	commitMu sync.Mutex      // one group offset commit at a time
 	member   *Membership     // CommitThrough: commit to the group as this member
 	// wantBarrier is set by RequestBarrier; wake interrupts a poll.
@@ -236,6 +242,43 @@ func (s *Source) Seek(ctx context.Context, props map[string]string, position int
 	s.mu.Unlock()
 	s.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{s.cfg.Topic: assign})
 	s.barrier = s.nextBarrier()
+	s.discover = time.Now().Add(s.discoverInterval())
+	return nil
+}
+
+func (s *Source) discoverInterval() time.Duration {
+	if s.cfg.DiscoverInterval > 0 {
+		return s.cfg.DiscoverInterval
+	}
+	return 30 * time.Second
+}
+
+// discoverPartitions starts reading the partitions added to the topic
+// since Seek (or the last look), from their start.
+func (s *Source) discoverPartitions(ctx context.Context) error {
+	s.discover = time.Now().Add(s.discoverInterval())
+	starts, err := s.adm.ListStartOffsets(ctx, s.cfg.Topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("kafka: looking for partitions added to topic %q: %w", s.cfg.Topic, err)
+	}
+	assign := map[int32]kgo.Offset{}
+	s.mu.Lock()
+	starts.Each(func(o kadm.ListedOffset) {
+		if _, ok := s.next[o.Partition]; ok || o.Topic != s.cfg.Topic {
+			return
+		}
+		s.next[o.Partition] = o.Offset
+		s.done[o.Partition] = o.Offset
+		s.nparts = max(s.nparts, int(o.Partition)+1)
+		assign[o.Partition] = kgo.NewOffset().At(o.Offset)
+	})
+	s.mu.Unlock()
+	if len(assign) > 0 {
+		s.cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{s.cfg.Topic: assign})
+	}
 	return nil
 }
 
@@ -347,6 +390,16 @@ func (s *Source) Next() (changelog.Record, error) {
 // poll fetches records into buf, waiting at most until the next barrier
 // (or a second, to notice Stop).
 func (s *Source) poll() error {
+	if s.cfg.Partitions == nil && !time.Now().Before(s.discover) {
+		// Partitions a group restricts this source to change through
+		// a rebalance instead.
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := s.discoverPartitions(dctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
 	wait := time.Second
 	if s.cfg.CheckpointInterval > 0 {
 		wait = min(wait, max(time.Until(s.barrier), time.Millisecond))

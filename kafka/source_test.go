@@ -233,6 +233,52 @@ func TestSourceDeadLetterTopic(t *testing.T) {
 	}
 }
 
+// Partitions added to the topic while the source runs are found and read
+// from their start, and their offsets join the source's.
+func TestSourceDiscoversAddedPartitions(t *testing.T) {
+	c, cl := cluster(t, 1)
+	produce(t, cl, []int64{0, 3}, [][]byte{line(0), line(3)})
+	stop := make(chan struct{})
+	s := open(t, c, kafka.Config{DiscoverInterval: 50 * time.Millisecond, Stop: stop, Options: []kgo.Opt{kgo.MetadataMinAge(10 * time.Millisecond)}})
+	if err := s.Seek(context.Background(), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	next := func() int64 {
+		t.Helper()
+		for {
+			rec, err := s.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rec.Changes) > 0 {
+				return rec.Changes[0].Row[0].(int64)
+			}
+		}
+	}
+	if a, b := next(), next(); a != 0 || b != 3 {
+		t.Fatalf("read %d, %d; want 0, 3", a, b)
+	}
+	if _, err := kadm.NewClient(cl).CreatePartitions(context.Background(), 2, "t"); err != nil {
+		t.Fatal(err)
+	}
+	cl2, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("t"), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.MetadataMinAge(10*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl2.Close()
+	produce(t, cl2, []int64{4, 5}, [][]byte{line(4), line(5)})
+	got := []int64{next(), next()}
+	slices.Sort(got)
+	if !slices.Equal(got, []int64{4, 5}) {
+		t.Fatalf("read %v from the added partitions, want [4 5]", got)
+	}
+	want := map[string]string{kafka.PropPrefix + "t.0": "2", kafka.PropPrefix + "t.1": "1", kafka.PropPrefix + "t.2": "1"}
+	if got := s.Offsets(); !maps.Equal(got, want) {
+		t.Fatalf("offsets %v, want %v", got, want)
+	}
+	close(stop)
+}
+
 // The record key reaches the decoder: a Debezium delete without a before
 // image (the key only, as JSON) deletes the row the key names.
 func TestSourceDebeziumDeleteByKey(t *testing.T) {
