@@ -65,6 +65,7 @@ type Decoder struct {
 	head      *headReader
 	consumed  int64  // bytes of the lines consumed
 	msgKey    []byte // the Kafka record key of the message being decoded
+	keyed     bool   // decoding a message that may have a record key
 }
 
 // identityBytes is how much of the input's head Identity covers.
@@ -194,8 +195,8 @@ func (d *Decoder) DecodeMessage(msg []byte) (rec Record, skip bool, err error) {
 // Debezium writes it, or such an object in the payload member of a
 // schema envelope. Errors in the key name the field "key".
 func (d *Decoder) DecodeKeyedMessage(key, msg []byte) (rec Record, skip bool, err error) {
-	d.msgKey = key
-	defer func() { d.msgKey = nil }()
+	d.msgKey, d.keyed = key, true
+	defer func() { d.msgKey, d.keyed = nil, false }()
 	if len(msg) > d.maxLine {
 		return Record{}, false, &MessageError{Err: kindErrf(ErrLineTooLong, "message longer than %d bytes", d.maxLine)}
 	}
@@ -568,7 +569,10 @@ func (d *Decoder) debeziumLine() (rec Record, skip bool, err error) {
 			e.before = row
 		}
 		if e.before == nil {
-			return Record{}, false, fieldErr("before", kindErr(ErrRecord, `op "d" needs a non-null before (or a record key)`))
+			if d.keyed {
+				return Record{}, false, fieldErr("before", kindErr(ErrRecord, `op "d" needs a non-null before, or a record key`))
+			}
+			return Record{}, false, fieldErr("before", kindErr(ErrRecord, `op "d" needs a non-null before`))
 		}
 		d.changes[0] = deltawriter.Change{Op: deltawriter.Delete, Row: e.before}
 		return Record{Changes: d.changes[:1]}, false, nil
