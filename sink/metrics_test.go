@@ -29,7 +29,8 @@ func TestMetrics(t *testing.T) {
 	var last map[string]*dto.MetricFamily
 	scrapes := 0
 	begin := time.Now()
-	res, err := sink.Run(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "met", CheckpointRows: 200, Writers: 2,
+	maxPending := 0.0
+	res, err := sink.Run(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "met", CheckpointRows: 200, CommitInterval: 2, Writers: 2,
 		Registerer: reg, Writer: deltawriter.Options{SpillDir: t.TempDir(), MemoryLimit: 1 << 20},
 		Progress: func(sink.Progress) {
 			fams, err := reg.Gather()
@@ -42,6 +43,9 @@ func TestMetrics(t *testing.T) {
 				last[f.GetName()] = f
 			}
 			scrapes++
+			if f := last["icesink_epochs_pending"]; f != nil {
+				maxPending = max(maxPending, f.Metric[0].Gauge.GetValue())
+			}
 		}}, dec)
 	if err != nil {
 		t.Fatal(err)
@@ -82,6 +86,15 @@ func TestMetrics(t *testing.T) {
 	}
 	if ts := sum("icesink_last_commit_timestamp_seconds", nil); ts < float64(begin.Unix()) || ts > float64(time.Now().Unix()+1) {
 		t.Errorf("last commit at %v, the run began at %d", ts, begin.Unix())
+	}
+	// Every other epoch waits for the next one to commit (CommitInterval
+	// 2): right after it ends, it is pending (and the router may be
+	// further ahead of the writers).
+	if e := sum("icesink_epoch_ended", nil); e < 1 || e > float64(res.Epoch) {
+		t.Errorf("epoch_ended %v, the run ended %d", e, res.Epoch)
+	}
+	if maxPending < 1 || maxPending > float64(res.Epoch) {
+		t.Errorf("epochs_pending reached %v, want 1 to %d", maxPending, res.Epoch)
 	}
 	if b := sum("icesink_memory_budget_bytes", nil); b != 1<<20 {
 		t.Errorf("budget %v", b)

@@ -152,7 +152,8 @@ type Config struct {
 	// Registerer, when set, gets the run's Prometheus metrics (icesink_*:
 	// per writer changes, rows, deletes by kind, buffered, accounted and
 	// spilled bytes, index lookups by tier; commits, their latency, the
-	// time of the last one, compactions) for the run's duration.
+	// time of the last one, compactions; epochs ended and pending) for the
+	// run's duration. For StartCoordinator: the commit metrics, until stop.
 	Registerer prometheus.Registerer
 	// Retention bounds the table history after each commit (snapshot
 	// expiry, data-manifest merges), so that a sink running for weeks
@@ -383,7 +384,7 @@ type epochCommitter struct {
 	runCtx context.Context
 	maint  chan struct{}
 	// metrics, when set, records commits and compactions.
-	metrics *runMetrics
+	metrics *commitMetrics
 	// onCommit, when set, is told of every commit (in its own goroutine).
 	onCommit func(Position)
 	// latency is the last commit's duration in the catalog.
@@ -547,8 +548,22 @@ func StartCoordinator(ctx context.Context, cfg Config) (c *coordinator.Coordinat
 	}
 	// Writers of other processes could not follow a compaction.
 	cfg.Compaction = nil
-	c, _, stop, err = startCoordinator(ctx, cfg, cm)
-	return c, stop, err
+	c, ec, stop, err := startCoordinator(ctx, cfg, cm)
+	if err != nil || cfg.Registerer == nil {
+		return c, stop, err
+	}
+	m := newCommitMetrics()
+	if err := cfg.Registerer.Register(m); err != nil {
+		stop()
+		return nil, nil, fmt.Errorf("registering the coordinator's metrics: %w", err)
+	}
+	ec.mu.Lock()
+	ec.metrics = m
+	ec.mu.Unlock()
+	return c, func() error {
+		cfg.Registerer.Unregister(m)
+		return stop()
+	}, nil
 }
 
 func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*coordinator.Coordinator, *epochCommitter, func() error, error) {
@@ -839,14 +854,17 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 		m.writers = writers
 		for _, w := range writers {
 			w.published = true
+			w.metrics = m
 		}
+		// Under a remote coordinator the first writer counts the commits.
+		writers[0].countCommits = ec == nil
 		if err := cfg.Registerer.Register(m); err != nil {
 			return res, fmt.Errorf("registering the run's metrics: %w", err)
 		}
 		defer cfg.Registerer.Unregister(m)
 		if ec != nil {
 			ec.mu.Lock()
-			ec.metrics = m
+			ec.metrics = m.commitMetrics
 			ec.mu.Unlock()
 		}
 	}
@@ -873,6 +891,10 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	}
 	res.Start, res.Committed = start, start
 	res.Line, res.Epoch = start.Line, start.Epoch
+	if m := writers[0].metrics; m != nil {
+		m.ended.Store(start.Epoch)
+		m.done.Store(start.Epoch)
+	}
 	if osrc, ok := src.(OffsetSource); ok {
 		if start.InputID != "" && start.InputID != osrc.Identity() {
 			return res, fmt.Errorf("the input %s is not the one sink %q committed from (%s): to write it as a new stream, give another --sink-id", osrc.Identity(), cfg.SinkID, start.InputID)
@@ -1043,6 +1065,9 @@ func route_(ctx context.Context, cfg Config, src Source, writers []*writer, rout
 		}
 		res.Epoch++
 		rows = 0
+		if m := writers[0].metrics; m != nil {
+			m.ended.Store(res.Epoch)
+		}
 		for i := range writers {
 			pending[i].barrier, pending[i].epoch, pending[i].line, pending[i].final = true, res.Epoch, line, final
 			pending[i].inputID, pending[i].offsets = id, offsets
@@ -1124,9 +1149,11 @@ type writer struct {
 	current func(context.Context) (*table.Table, error)
 	// pub and pubBuffered are the writer's counters as it last published
 	// them (after each batch), for the metrics.
-	pub         atomic.Pointer[deltawriter.Stats]
-	pubBuffered atomic.Int64
-	published   bool // metrics are on: publish after each batch
+	pub          atomic.Pointer[deltawriter.Stats]
+	pubBuffered  atomic.Int64
+	published    bool // metrics are on: publish after each batch
+	metrics      *runMetrics
+	countCommits bool // record the commits in metrics (remote coordinator)
 	// onCommit, when set, is told (in its own goroutine) of every epoch
 	// this writer committed with its input's offsets.
 	onCommit func(Position)
@@ -1183,6 +1210,12 @@ func (w *writer) run(ctx context.Context) error {
 				return fmt.Errorf("commit of epoch %d: %w", b.epoch, err)
 			}
 			w.inCommit = false
+			if w.metrics != nil {
+				w.metrics.epochDone(b.epoch)
+				if w.countCommits {
+					w.metrics.remoteCommitted(b.line)
+				}
+			}
 			if err := w.dw.Committed(ctx); err != nil {
 				return err
 			}

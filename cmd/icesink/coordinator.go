@@ -10,6 +10,8 @@ import (
 	"net"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/icesink/icesink/coordinator"
 	"github.com/icesink/icesink/coordinator/coordgrpc"
 	"github.com/icesink/icesink/deltawriter"
@@ -28,6 +30,7 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	interval := fs.Uint64("commit-interval", 1, "commit every `K` checkpoints")
 	commitBytes := fs.String("commit-bytes", "0", "also commit when all writers together buffer this much; 0 = off")
 	vnodeCount := fs.Int("vnode-count", 256, "number of vnodes")
+	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus metrics (icesink_commits_total, icesink_commit_duration_seconds, ...) at http://`HOST:PORT`/metrics")
 	checkpointInterval := fs.Duration("checkpoint-interval", 10*time.Second, "ask every writer to end its checkpoint this often (Kafka consumer-group writers end theirs only then); 0 = off")
 	sinkID := fs.String("sink-id", "icesink", "sink `ID` recorded in snapshot summaries")
 	stateDir := fs.String("state-dir", "", "`DIR` for the coordinator's checkpoints (default: DIR/_icesink/SINK-ID)")
@@ -96,10 +99,19 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	if *verbose {
 		level = slog.LevelDebug
 	}
+	var reg prometheus.Registerer
+	if *metricsAddr != "" {
+		r, stopMetrics, err := serveMetrics(*metricsAddr, stderr)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+		reg = r
+	}
 	c, stop, err := sink.StartCoordinator(ctx, sink.Config{
 		Loader: wh.Catalog, Ident: ident, SinkID: *sinkID, CommitInterval: *interval,
 		CommitBytes: cb, Vnodes: *vnodeCount, BarrierInterval: *checkpointInterval, StateDir: *stateDir, Retention: retention, Timeouts: timeouts,
-		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
+		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})), Registerer: reg,
 	})
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/apache/iceberg-go"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -187,8 +188,21 @@ func (f *kafkaFlags) runGroup(ctx context.Context, cfg sink.Config, schema *iceb
 		src.Restrict(parts)
 		src.CommitThrough(m)
 		cfg.OwnVnodes = own
+		var col prometheus.Collector
+		if cfg.Registerer != nil {
+			// This run's partitions' lag, until the next assignment.
+			col = src.Collector()
+			if err := cfg.Registerer.Register(col); err != nil {
+				cancel(nil)
+				src.Close()
+				return total, fmt.Errorf("registering the Kafka source's metrics: %w", err)
+			}
+		}
 		res, err := sink.Run(runCtx, cfg, src)
 		close(stopWatch)
+		if col != nil {
+			cfg.Registerer.Unregister(col)
+		}
 		src.Close()
 		cause := context.Cause(runCtx)
 		cancel(nil)

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os/exec"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -279,7 +282,8 @@ func TestKafkaGroupScaleOut(t *testing.T) {
 	l.Close()
 	startCoordinator := func() *mpProc {
 		t.Helper()
-		coord := mpStart(t, ctx, "coordinator", "--warehouse", wh, "--table", mpTable, "--listen", caddr, "--vnode-count", "3", "--align-timeout", "30s", "--checkpoint-interval", "500ms")
+		coord := mpStart(t, ctx, "coordinator", "--warehouse", wh, "--table", mpTable, "--listen", caddr, "--vnode-count", "3", "--align-timeout", "30s", "--checkpoint-interval", "500ms",
+			"--metrics-listen", "127.0.0.1:0")
 		for !servingRE.MatchString(coord.output()) {
 			select {
 			case <-coord.done:
@@ -296,7 +300,7 @@ func TestKafkaGroupScaleOut(t *testing.T) {
 	consumer := func() *mpProc {
 		p := mpStart(t, ctx, "run", "--warehouse", wh, "--table", mpTable, "--kafka-brokers", addr, "--topic", "cdc",
 			"--group", "sink", "--coordinator", caddr, "--kafka-session-timeout", "6s",
-			"--spill-dir", t.TempDir(), "--log-format", "json")
+			"--spill-dir", t.TempDir(), "--log-format", "json", "--metrics-listen", "127.0.0.1:0")
 		procs = append(procs, p)
 		return p
 	}
@@ -380,6 +384,39 @@ func TestKafkaGroupScaleOut(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	// b's metrics: the commits it took part in, its epochs, and no lag on
+	// its partitions.
+	m := metricsURLRE.FindStringSubmatch(b.output())
+	if m == nil {
+		t.Fatalf("no metrics address in b's output:\n%s", b.output())
+	}
+	for {
+		body := scrape(t, m[1])
+		lag, series := 0.0, 0
+		for _, l := range strings.Split(body, "\n") {
+			if strings.HasPrefix(l, "icesink_kafka_lag_records{") {
+				v, _ := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
+				lag, series = lag+v, series+1
+			}
+		}
+		if series > 0 && lag == 0 && !strings.Contains(body, "icesink_commits_total 0\n") && strings.Contains(body, "icesink_epochs_pending ") {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("b's metrics show no commit, or lag:\n%s", body)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	// The restarted coordinator's metrics: its commits and their latency.
+	cm := metricsURLRE.FindStringSubmatch(coord.output())
+	if cm == nil {
+		t.Fatalf("no metrics address in the coordinator's output:\n%s", coord.output())
+	}
+	body := scrape(t, cm[1])
+	if strings.Contains(body, "icesink_commits_total 0\n") || !strings.Contains(body, "icesink_commit_duration_seconds_count ") || strings.Contains(body, "icesink_commit_duration_seconds_count 0\n") {
+		t.Errorf("the coordinator's metrics count no commit:\n%s", body)
+	}
 	for _, p := range []*mpProc{a2, b} {
 		p.cmd.Process.Signal(syscall.SIGTERM)
 	}
@@ -414,6 +451,24 @@ func committedOffset(t *testing.T, wh string, p int32) int {
 	last, _ := cm.Last()
 	n, _ := strconv.Atoi(last.Properties[commit.PropOffsetPrefix+"cdc."+strconv.Itoa(int(p))])
 	return n
+}
+
+// metricsURLRE finds the metrics address a run prints.
+var metricsURLRE = regexp.MustCompile(`icesink: metrics at (\S+)`)
+
+// scrape returns the metrics page at url.
+func scrape(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
 
 // groupOffsets returns the offsets of topic "cdc" that group committed.
