@@ -320,34 +320,7 @@ func TestCrashAndRerun(t *testing.T) {
 	schema := writeSchema(t)
 	wh := t.TempDir()
 	args := []string{"run", "--warehouse", wh, "--table", "db.t", "--schema", schema, "--input", in, "--checkpoint-rows", "1000", "--quiet"}
-	kills := 0
-	for attempt := 0; attempt < 40; attempt++ {
-		cmd := exec.Command(binary, args...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		var err error
-		if attempt < 6 {
-			select {
-			case err = <-done:
-			case <-time.After(time.Duration(50+rng.IntN(600)) * time.Millisecond):
-				cmd.Process.Signal(syscall.SIGKILL)
-				<-done
-				kills++
-				continue
-			}
-		} else {
-			err = <-done
-		}
-		if err != nil {
-			t.Fatalf("run %d failed: %v\n%s", attempt, err, stderr.String())
-		}
-		break
-	}
+	kills := killAndRerun(t, rng, args, 6, 50*time.Millisecond, 600*time.Millisecond)
 	t.Logf("killed %d runs", kills)
 	if n := committedLine(t, wh); n != int64(len(lines)) {
 		t.Fatalf("committed line %d, want %d", n, len(lines))
@@ -724,4 +697,40 @@ func writeLines(t *testing.T, lines [][]byte) string {
 		t.Fatal(err)
 	}
 	return path
+}
+
+// killAndRerun runs icesink with args, killing the first `kills` runs with
+// SIGKILL after a random wait in [minWait, minWait+spread) unless they end
+// first, then lets the next run finish; it fails on a run that fails and
+// returns how many were killed.
+func killAndRerun(t *testing.T, rng *rand.Rand, args []string, kills int, minWait, spread time.Duration) int {
+	t.Helper()
+	killed := 0
+	for attempt := 0; ; attempt++ {
+		cmd := exec.Command(binary, args...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		var err error
+		if attempt < kills {
+			select {
+			case err = <-done:
+			case <-time.After(minWait + time.Duration(rng.Int64N(int64(spread)))):
+				cmd.Process.Signal(syscall.SIGKILL)
+				<-done
+				killed++
+				continue
+			}
+		} else {
+			err = <-done
+		}
+		if err != nil {
+			t.Fatalf("run %d failed: %v\n%s", attempt, err, stderr.String())
+		}
+		return killed
+	}
 }

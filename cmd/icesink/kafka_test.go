@@ -92,34 +92,7 @@ func TestKafkaCrashAndRerun(t *testing.T) {
 	wh := t.TempDir()
 	args := []string{"run", "--warehouse", wh, "--table", "db.t", "--schema", writeSchema(t), "--kafka-brokers", addr, "--topic", "cdc",
 		"--group", "icesink", "--stop-at-end", "--checkpoint-rows", "1500", "--checkpoint-interval", "300ms", "--writers", "2", "--quiet"}
-	kills := 0
-	for attempt := 0; ; attempt++ {
-		cmd := exec.Command(binary, args...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		var err error
-		if attempt < 6 {
-			select {
-			case err = <-done:
-			case <-time.After(time.Duration(100+rng.IntN(900)) * time.Millisecond):
-				cmd.Process.Signal(syscall.SIGKILL)
-				<-done
-				kills++
-				continue
-			}
-		} else {
-			err = <-done
-		}
-		if err != nil {
-			t.Fatalf("run %d failed: %v\n%s", attempt, err, stderr.String())
-		}
-		break
-	}
+	kills := killAndRerun(t, rng, args, 6, 100*time.Millisecond, 900*time.Millisecond)
 	t.Logf("killed %d runs", kills)
 	checkOffsets(t, wh, ends)
 	produce(lines[20000:])

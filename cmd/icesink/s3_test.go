@@ -107,34 +107,7 @@ func TestObjectStorage(t *testing.T) {
 	in, lines := stream(t, rng, 20000, 2000)
 	common := []string{"--warehouse", "s3://icesink/wh", "--catalog-uri", "sqlite:" + filepath.Join(local, "catalog.db"), "--s3-endpoint", s3, "--table", "db.t"}
 	args := append([]string{"run", "--schema", writeSchema(t), "--input", in, "--checkpoint-rows", "1000", "--state-dir", filepath.Join(local, "state"), "--quiet"}, common...)
-	kills := 0
-	for attempt := 0; ; attempt++ {
-		cmd := exec.Command(binary, args...)
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan error, 1)
-		go func() { done <- cmd.Wait() }()
-		var err error
-		if attempt < 4 {
-			select {
-			case err = <-done:
-			case <-time.After(time.Duration(300+rng.IntN(1500)) * time.Millisecond):
-				cmd.Process.Signal(syscall.SIGKILL)
-				<-done
-				kills++
-				continue
-			}
-		} else {
-			err = <-done
-		}
-		if err != nil {
-			t.Fatalf("run %d failed: %v\n%s", attempt, err, stderr.String())
-		}
-		break
-	}
+	kills := killAndRerun(t, rng, args, 4, 300*time.Millisecond, 1500*time.Millisecond)
 	t.Logf("killed %d runs", kills)
 	got, stderr, code := icesink(t, append([]string{"scan"}, common...)...)
 	if code != 0 {
