@@ -95,6 +95,17 @@ func readAll(t *testing.T, s *kafka.Source) (ids []int64, barriers int) {
 	}
 }
 
+// produceLines produces the records of ids 0 .. n-1.
+func produceLines(t *testing.T, cl *kgo.Client, n int64) {
+	t.Helper()
+	var keys []int64
+	var vals [][]byte
+	for i := range n {
+		keys, vals = append(keys, i), append(vals, line(i))
+	}
+	produce(t, cl, keys, vals)
+}
+
 func line(id int64) []byte {
 	return fmt.Appendf(nil, `{"op":"+I","data":{"id":%d,"v":"x%d"}}`, id, id)
 }
@@ -346,12 +357,7 @@ func TestSourceBarriersWhenIdle(t *testing.T) {
 // the table could not equal the stream.
 func TestSeekRefusesDeletedRecords(t *testing.T) {
 	c, cl := cluster(t, 3)
-	var keys []int64
-	var vals [][]byte
-	for i := range int64(30) {
-		keys, vals = append(keys, i), append(vals, line(i))
-	}
-	produce(t, cl, keys, vals)
+	produceLines(t, cl, 30)
 	adm := kadm.NewClient(cl)
 	del := kadm.Offsets{}
 	del.Add(kadm.Offset{Topic: "t", Partition: 1, At: 5})
@@ -400,12 +406,7 @@ func TestCommittedTellsGroup(t *testing.T) {
 // The lag metric counts the records not committed to the table yet.
 func TestLagMetric(t *testing.T) {
 	c, cl := cluster(t, 3)
-	var keys []int64
-	var vals [][]byte
-	for i := range int64(30) {
-		keys, vals = append(keys, i), append(vals, line(i))
-	}
-	produce(t, cl, keys, vals)
+	produceLines(t, cl, 30)
 	s := open(t, c, kafka.Config{StopAtEnd: true})
 	if err := s.Seek(context.Background(), map[string]string{"icesink.kafka.t.0": "4"}, 4); err != nil {
 		t.Fatal(err)
