@@ -735,6 +735,7 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 		return res, err
 	}
 	began := time.Now()
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -953,6 +954,11 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 		if runErr == nil || errors.Is(runErr, context.Canceled) {
 			runErr = e
 		}
+	}
+	if perr := parent.Err(); perr != nil && runErr != nil && !errors.Is(runErr, perr) {
+		// The caller stopped the run: what failed after (a writer whose
+		// in-process coordinator stopped with it) is a consequence.
+		runErr = fmt.Errorf("%w; while stopping: %v", perr, runErr)
 	}
 	if ec != nil {
 		res.Committed, res.Commits = ec.committed()
