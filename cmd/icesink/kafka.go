@@ -140,7 +140,7 @@ func (f *kafkaFlags) runGroup(ctx context.Context, cfg sink.Config, schema *iceb
 	}
 	if !rowsGiven {
 		// A process counting its own rows would end its epochs sooner
-		// than the others and wait for them: the shared timer ends them.
+		// than the others and wait for them: the coordinator's barriers end them.
 		cfg.CheckpointRows = math.MaxInt64
 	}
 	m, err := kafka.JoinGroup(ctx, brokers, f.group, f.topic, f.session)
