@@ -854,7 +854,6 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 		m := newRunMetrics(cfg.Writer.MemoryLimit)
 		m.writers = writers
 		for _, w := range writers {
-			w.published = true
 			w.metrics = m
 		}
 		// Under a remote coordinator the first writer counts the commits.
@@ -1157,9 +1156,8 @@ type writer struct {
 	// them (after each batch), for the metrics.
 	pub          atomic.Pointer[deltawriter.Stats]
 	pubBuffered  atomic.Int64
-	published    bool // metrics are on: publish after each batch
-	metrics      *runMetrics
-	countCommits bool // record the commits in metrics (remote coordinator)
+	metrics      *runMetrics // metrics are on: publish after each batch
+	countCommits bool        // record the commits in metrics (remote coordinator)
 	// onCommit, when set, is told (in its own goroutine) of every epoch
 	// this writer committed with its input's offsets.
 	onCommit func(Position)
@@ -1180,7 +1178,7 @@ func (w *writer) run(ctx context.Context) error {
 				return err
 			}
 		}
-		if w.published {
+		if w.metrics != nil {
 			w.publish()
 		}
 		if !b.barrier {
