@@ -64,9 +64,9 @@ type Committer struct {
 	// cat is nil when the loader is not also the table's catalog.
 	cat table.CatalogIO
 	fsF table.FSysF
-	// lastOwn is the snapshot of this committer's last commit (0: none
-	// yet): key-indexed payloads are checked for foreign changes after it.
-	lastOwn int64
+	// checked holds, per writer, the key index its last payload committed
+	// here was checked with (CheckKeyIndexed).
+	checked map[int]checkedIndex
 }
 
 // Committed describes the newest epoch a sink committed.
@@ -78,6 +78,12 @@ type Committed struct {
 	// Properties are the icesink.* properties the epoch was committed with
 	// (the snapshot summary, or the table properties kept for the sink).
 	Properties iceberg.Properties
+	// RolledBack is the newest epoch the sink committed that the table no
+	// longer holds because its branch was rolled back past it (0: none).
+	// With ok false from Last, the rollback went past every epoch of the
+	// sink left in the metadata, and what the table holds of the sink is
+	// unknown.
+	RolledBack uint64
 }
 
 // NewCommitter returns a committer for sink sinkID on the table ident.
@@ -96,6 +102,9 @@ func NewCommitter(ctx context.Context, loader TableLoader, ident table.Identifie
 	}
 	return c, nil
 }
+
+// SinkID returns the sink the committer commits for.
+func (c *Committer) SinkID() string { return c.sinkID }
 
 // Table returns the committer's latest view of the table.
 func (c *Committer) Table() *table.Table { return c.tbl }
@@ -123,28 +132,63 @@ func sinkProp(sinkID, key string) string {
 	return PropSinkPrefix + sinkID + "." + strings.TrimPrefix(key, "icesink.")
 }
 
+// propSnapshotID is the summary-style key under which a commit records,
+// in the table properties, the snapshot it made (the properties are not
+// rolled back with the branch, so they must name what they belong to).
+const propSnapshotID = "icesink.snapshot-id"
+
 func lastCommitted(tbl *table.Table, sinkID string) (Committed, bool) {
-	props := tbl.Properties()
+	meta := tbl.Metadata()
+	props := meta.Properties()
 	kept, err := strconv.ParseUint(props[sinkProp(sinkID, PropEpoch)], 10, 64)
 	hasKept := err == nil
+	keptSnap, err := strconv.ParseInt(props[sinkProp(sinkID, propSnapshotID)], 10, 64)
+	hasKeptSnap := err == nil
 	for e, s := range sinkEpochs(tbl, sinkID) {
 		if hasKept && e < kept {
-			break // the snapshot of the kept epoch was expired
+			// The kept epoch is not in the current history: expired (the
+			// history is expired oldest first, so its snapshot would be
+			// gone while this older one is kept only if it never was an
+			// ancestor) or rolled back.
+			if hasKeptSnap || rolledBack(meta, sinkID, e) {
+				return Committed{Epoch: e, SnapshotID: s.SnapshotID, Properties: s.Summary.Properties, RolledBack: kept}, true
+			}
+			break // an older release's properties, and the kept epoch's snapshot was expired
 		}
 		return Committed{Epoch: e, SnapshotID: s.SnapshotID, Properties: s.Summary.Properties}, true
 	}
 	if !hasKept {
 		return Committed{}, false
 	}
+	if (hasKeptSnap && meta.SnapshotByID(keptSnap) != nil) || rolledBack(meta, sinkID, 0) {
+		// Rolled back past every epoch of the sink still in the metadata:
+		// which of the expired ones the table holds is unknown.
+		return Committed{RolledBack: kept}, false
+	}
 	prefix := PropSinkPrefix + sinkID + "."
 	out := iceberg.Properties{}
 	for k, v := range props {
-		if rest, ok := strings.CutPrefix(k, prefix); ok {
+		if rest, ok := strings.CutPrefix(k, prefix); ok && "icesink."+rest != propSnapshotID {
 			out["icesink."+rest] = v
 		}
 	}
 	out[PropSinkID] = sinkID
 	return Committed{Epoch: kept, Properties: out}, true
+}
+
+// rolledBack reports whether meta holds a snapshot of an epoch of sinkID
+// after epoch after that is not in the current snapshot's history: the
+// table was rolled back past it.
+func rolledBack(meta table.Metadata, sinkID string, after uint64) bool {
+	for _, s := range meta.Snapshots() {
+		if s.Summary == nil || s.Summary.Properties[PropSinkID] != sinkID {
+			continue
+		}
+		if e, err := strconv.ParseUint(s.Summary.Properties[PropEpoch], 10, 64); err == nil && e > after && !IsAncestor(meta, s.SnapshotID) {
+			return true
+		}
+	}
+	return false
 }
 
 // CountSince returns the number of snapshots of the table's main-branch
@@ -196,11 +240,6 @@ type Result struct {
 	Retries int
 }
 
-// Commit commits the payloads of epoch as one RowDelta snapshot whose
-// summary carries the sink id, the epoch and props. If the table already
-// holds an epoch >= epoch of this sink, nothing is committed
-// (AlreadyCommitted).
-//
 // ErrForeignPayload is returned for a payload written for another table
 // or another sink.
 var ErrForeignPayload = errors.New("payload written for another table or sink")
@@ -224,48 +263,90 @@ func (c *Committer) CheckPayload(p *Payload) error {
 // the window's position deletes could not have seen those rows.
 var ErrForeignChange = errors.New("the table's rows were changed by another writer after the sink's key index was built")
 
-// CheckKeyIndexed refuses key-indexed payloads (ErrForeignChange) when a
-// snapshot that is not this sink's and changed rows (ChangesRows: anything
-// but a rewrite of manifests; a foreign compaction moves rows) came after
-// the newest of the writers' index base and this committer's last commit.
+// CheckKeyIndexed refuses key-indexed payloads (ErrForeignChange) when the
+// table's history after a writer's index base holds a snapshot that is
+// neither one of this sink's epochs nor a rewrite of manifests
+// (History, Classify: a foreign append, delete or compaction, or the
+// sink's own compaction the writer did not follow), or when the walk
+// cannot reach the base (expired, or rolled back past it). Empty payloads
+// delete nothing and are not refused.
+//
+// A writer whose payload this committer committed before, with the same
+// base, is checked only back to that commit's snapshot: what came before
+// it was checked then.
 func (c *Committer) CheckKeyIndexed(payloads []Payload) error {
-	var bases []int64
 	for i := range payloads {
-		if payloads[i].KeyIndexed && !payloads[i].Empty() {
-			bases = append(bases, payloads[i].BaseSnapshot)
-		}
-	}
-	if len(bases) == 0 {
-		return nil
-	}
-	meta := c.Table().Metadata()
-	// Every base must be reached going back from the current snapshot
-	// with only this sink's commits and replaces on the way (or, once this
-	// committer has committed, its last commit).
-	for _, base := range bases {
-		for s := meta.CurrentSnapshot(); s != nil; {
-			if s.SnapshotID == base || s.SnapshotID == c.lastOwn {
-				break
+		if p := &payloads[i]; p.KeyIndexed && !p.Empty() {
+			if err := c.checkIndex(p); err != nil {
+				return err
 			}
-			if s.Summary == nil || (ChangesRows(s) && s.Summary.Properties[PropSinkID] != c.sinkID) {
-				op := "unknown"
-				if s.Summary != nil {
-					op = string(s.Summary.Operation)
-				}
-				return fmt.Errorf("%w (snapshot %d, operation %s): rerun to rebuild the index from the table, or write with --delete-mode equality when other writers change this table", ErrForeignChange, s.SnapshotID, op)
-			}
-			if s.ParentSnapshotID == nil {
-				if base >= 0 {
-					return fmt.Errorf("%w: snapshot %d, which the index was built from, is no longer in the table's history; rerun to rebuild", ErrForeignChange, base)
-				}
-				break
-			}
-			s = meta.SnapshotByID(*s.ParentSnapshotID)
 		}
 	}
 	return nil
 }
 
+func (c *Committer) checkIndex(p *Payload) error {
+	meta := c.Table().Metadata()
+	stop := p.BaseSnapshot
+	if v, ok := c.checked[p.Writer]; ok && v.base == p.BaseSnapshot && IsAncestor(meta, v.snapshot) {
+		stop = v.snapshot
+	}
+	steps, err := History(meta, c.sinkID, stop)
+	if err != nil {
+		return fmt.Errorf("%w: writer %d's key index was built from snapshot %d: %w; rerun to rebuild the index from the table, or write with --delete-mode equality when other writers change this table", ErrForeignChange, p.Writer, p.BaseSnapshot, err)
+	}
+	for _, st := range steps {
+		if st.Kind != OwnEpoch && st.Kind != MetadataOnly {
+			op := "unknown"
+			if st.Snapshot.Summary != nil {
+				op = string(st.Snapshot.Summary.Operation)
+			}
+			return fmt.Errorf("%w (snapshot %d, operation %s, %s, after writer %d's index base %d): rerun to rebuild the index from the table, or write with --delete-mode equality when other writers change this table", ErrForeignChange, st.Snapshot.SnapshotID, op, st.Kind, p.Writer, p.BaseSnapshot)
+		}
+	}
+	return nil
+}
+
+// vouchable returns the key-indexed payloads whose indexes are consistent
+// with the table as the committer sees it now: every non-empty one (after
+// CheckKeyIndexed), and the empty ones that pass the same check (an idle
+// writer's stale index is not refused, but not vouched for either).
+func (c *Committer) vouchable(payloads []Payload) []*Payload {
+	var out []*Payload
+	for i := range payloads {
+		p := &payloads[i]
+		if p.KeyIndexed && (!p.Empty() || c.checkIndex(p) == nil) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// vouch records that the indexes of ps were consistent with the table up
+// to snapshot, the commit's own; a writer not among them loses its record.
+func (c *Committer) vouch(payloads []Payload, ps []*Payload, snapshot int64) {
+	for i := range payloads {
+		delete(c.checked, payloads[i].Writer)
+	}
+	for _, p := range ps {
+		if c.checked == nil {
+			c.checked = map[int]checkedIndex{}
+		}
+		c.checked[p.Writer] = checkedIndex{base: p.BaseSnapshot, snapshot: snapshot}
+	}
+}
+
+// checkedIndex is a writer's key index as a commit checked it: built from
+// base, consistent with the table up to snapshot.
+type checkedIndex struct{ base, snapshot int64 }
+
+// Commit commits the payloads of epoch as one RowDelta snapshot whose
+// summary carries the sink id, the epoch and props. If the table already
+// holds an epoch >= epoch of this sink, nothing is committed
+// (AlreadyCommitted). A payload of another table or sink is refused
+// (ErrForeignPayload), and so is a key-indexed one whose index the table
+// moved away from (ErrForeignChange, CheckKeyIndexed).
+//
 // A commit that failed with nothing committed (the branch moved under it:
 // another sink, a foreign append, a maintenance job) is retried, bounded,
 // with backoff, on a freshly loaded table, after checking that the epoch is
@@ -303,10 +384,11 @@ func (c *Committer) Commit(ctx context.Context, epoch uint64, payloads []Payload
 		if err := c.CheckKeyIndexed(payloads); err != nil {
 			return res, fmt.Errorf("commit: epoch %d: %w", epoch, err)
 		}
+		vouched := c.vouchable(payloads)
 		tbl, err := c.commitOnce(ctx, epoch, payloads, props)
 		if err == nil {
 			res.SnapshotID = tbl.CurrentSnapshot().SnapshotID
-			c.lastOwn = res.SnapshotID
+			c.vouch(payloads, vouched, res.SnapshotID)
 			c.adopt(ctx, tbl)
 			return res, nil
 		}
@@ -387,6 +469,13 @@ func (c *Committer) commitOnce(ctx context.Context, epoch uint64, payloads []Pay
 		return nil, err
 	}
 	tx := c.tbl.NewTransaction()
+	// The commit holds only on the snapshot it was checked against: a
+	// catalog-side retry (commit.retry.num-retries) must not replay it on
+	// a head that moved, past CheckKeyIndexed; it fails into Commit's own
+	// retry, which checks again.
+	if err := tx.AssertRefSnapshotID(table.MainBranch); err != nil {
+		return nil, fmt.Errorf("asserting the branch's snapshot: %w", err)
+	}
 	rd := tx.NewRowDelta(summary)
 	for i := range payloads {
 		p := &payloads[i]
@@ -415,6 +504,11 @@ func (c *Committer) commitOnce(ctx context.Context, epoch uint64, payloads []Pay
 	if err := rd.Commit(ctx); err != nil {
 		return nil, err
 	}
+	staged, err := tx.StagedTable()
+	if err != nil {
+		return nil, err
+	}
+	kept[sinkProp(c.sinkID, propSnapshotID)] = strconv.FormatInt(staged.CurrentSnapshot().SnapshotID, 10)
 	if err := tx.SetProperties(kept); err != nil {
 		return nil, fmt.Errorf("recording the sink's epoch in the table properties: %w", err)
 	}
@@ -475,20 +569,4 @@ func EncodeEntry(df iceberg.DataFile, spec iceberg.PartitionSpec, schema *iceber
 		return nil, fmt.Errorf("commit: encoding manifest entry of %s: %w", df.FilePath(), err)
 	}
 	return b, nil
-}
-
-// ChangesRows reports whether snapshot s may have changed the table's live
-// rows or where they sit: every snapshot but a replace that added and
-// removed no data file and no delete file (a rewrite or merge of
-// manifests). A compaction is a replace that does.
-func ChangesRows(s *table.Snapshot) bool {
-	if s.Summary == nil || s.Summary.Operation != table.OpReplace {
-		return true
-	}
-	for _, k := range []string{"added-data-files", "deleted-data-files", "added-delete-files", "removed-delete-files", "added-records", "deleted-records"} {
-		if v, ok := s.Summary.Properties[k]; ok && v != "0" {
-			return true
-		}
-	}
-	return false
 }

@@ -174,29 +174,20 @@ func (w *Writer) loadTableIndex(ctx context.Context, tbl *table.Table, dir strin
 // (-1: none) changed no rows (rewrites of manifests only), or why the
 // saved index is not consistent with the table.
 func sinceSaved(meta table.Metadata, saved int64) string {
-	for s := meta.CurrentSnapshot(); ; {
-		if s == nil {
-			if saved == -1 {
-				return ""
-			}
-			return fmt.Sprintf("snapshot %d, which the saved key index is consistent with, is not in the table's current history", saved)
-		}
-		if s.SnapshotID == saved {
-			return ""
-		}
-		if commit.ChangesRows(s) {
-			op := "unknown"
-			if s.Summary != nil {
-				op = string(s.Summary.Operation)
-			}
-			return fmt.Sprintf("the table changed after the key index was saved (snapshot %d, operation %s)", s.SnapshotID, op)
-		}
-		if s.ParentSnapshotID == nil {
-			s = nil
-			continue
-		}
-		s = meta.SnapshotByID(*s.ParentSnapshotID)
+	steps, err := commit.History(meta, "", saved)
+	if err != nil {
+		return fmt.Sprintf("the saved key index is consistent with a snapshot the table's history no longer leads to: %v", err)
 	}
+	for _, st := range steps {
+		if st.Kind != commit.MetadataOnly {
+			op := "unknown"
+			if st.Snapshot.Summary != nil {
+				op = string(st.Snapshot.Summary.Operation)
+			}
+			return fmt.Sprintf("the table changed after the key index was saved (snapshot %d, operation %s)", st.Snapshot.SnapshotID, op)
+		}
+	}
+	return ""
 }
 
 // SaveKeyIndex keeps a DeleteByPosition writer's key index in
@@ -230,22 +221,19 @@ func (w *Writer) saveKeyIndex(ctx context.Context, tbl *table.Table) (string, er
 		return "the key index holds keys that are live more than once", nil
 	}
 	meta := tbl.Metadata()
-	// Every commit of this sink after the index was built went through
-	// Committed (the committer refuses a foreign change before it); what
-	// came after the newest of them must have changed no rows.
-	snap := int64(-1)
-	for s := meta.CurrentSnapshot(); s != nil; {
-		if s.Summary != nil && s.Summary.Properties[commit.PropSinkID] == w.opts.SinkID || s.SnapshotID == w.tidx.base {
-			break
-		}
-		if commit.ChangesRows(s) {
-			return fmt.Sprintf("snapshot %d of another writer changed the table", s.SnapshotID), nil
-		}
-		if s.ParentSnapshotID == nil {
-			break
-		}
-		s = meta.SnapshotByID(*s.ParentSnapshotID)
+	// Every commit of this sink after the index's base went through
+	// Committed (the committer refuses one whose writers' indexes missed
+	// a change); nothing else may have changed rows since the base.
+	steps, err := commit.History(meta, w.opts.SinkID, w.tidx.base)
+	if err != nil {
+		return fmt.Sprintf("the key index's base: %v", err), nil
 	}
+	for _, st := range steps {
+		if st.Kind != commit.OwnEpoch && st.Kind != commit.MetadataOnly {
+			return fmt.Sprintf("snapshot %d (%s) changed the table after the key index's base", st.Snapshot.SnapshotID, st.Kind), nil
+		}
+	}
+	snap := int64(-1)
 	if s := meta.CurrentSnapshot(); s != nil {
 		snap = s.SnapshotID
 	}

@@ -569,27 +569,18 @@ func (w *Writer) Follow(ctx context.Context, tbl *table.Table) error {
 	if cur == nil || cur.SnapshotID == w.tidx.base {
 		return nil
 	}
+	steps, err := commit.History(meta, w.opts.SinkID, w.tidx.base)
+	if err != nil {
+		return w.fail(fmt.Errorf("deltawriter: following the table: %w: the key index's base: %w", commit.ErrForeignChange, err))
+	}
 	var follow []*table.Snapshot // newest first
-	for s := cur; s.SnapshotID != w.tidx.base; {
-		props := iceberg.Properties{}
-		if s.Summary != nil {
-			props = s.Summary.Properties
-		}
-		switch {
-		case props[commit.PropMaintainedBy] == w.opts.SinkID:
-			follow = append(follow, s)
-		case props[commit.PropSinkID] == w.opts.SinkID, !commit.ChangesRows(s):
+	for _, st := range steps {
+		switch st.Kind {
+		case commit.OwnMaintenance:
+			follow = append(follow, st.Snapshot)
+		case commit.OwnEpoch, commit.MetadataOnly:
 		default:
-			return w.fail(fmt.Errorf("deltawriter: following the table: %w (snapshot %d)", commit.ErrForeignChange, s.SnapshotID))
-		}
-		if s.ParentSnapshotID == nil {
-			if w.tidx.base >= 0 {
-				return w.fail(fmt.Errorf("deltawriter: following the table: %w: snapshot %d, the key index's base, is not in its history", commit.ErrForeignChange, w.tidx.base))
-			}
-			break
-		}
-		if s = meta.SnapshotByID(*s.ParentSnapshotID); s == nil {
-			return w.fail(fmt.Errorf("deltawriter: following the table: %w: snapshot %d, the key index's base, is not in its history", commit.ErrForeignChange, w.tidx.base))
+			return w.fail(fmt.Errorf("deltawriter: following the table: %w (snapshot %d, %s)", commit.ErrForeignChange, st.Snapshot.SnapshotID, st.Kind))
 		}
 	}
 	if len(follow) > 0 {

@@ -19,8 +19,8 @@ import (
 	iofs "io/fs"
 	"log/slog"
 	"maps"
-	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +37,7 @@ import (
 	"github.com/icesink/icesink/coordinator"
 	"github.com/icesink/icesink/coordinator/statestore"
 	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/internal/localdir"
 	"github.com/icesink/icesink/warehouse"
 )
 
@@ -128,8 +129,10 @@ type Config struct {
 	// KeyIndexDir is where the writers keep their key indexes between runs
 	// (DeleteByPosition): one subfolder per sink, table and vnode set, so
 	// that a restart on an unchanged table skips the rebuild. Default:
-	// icesink-keyindex in Writer.SpillDir (or the OS temp dir); "-" keeps
-	// none.
+	// icesink-keyindex in Writer.SpillDir, or without one the user's
+	// cache folder (localdir.DefaultKeyIndexBase); "-" keeps none. The
+	// folder must be this user's alone (localdir.Private): a key index
+	// another user could write would decide which rows get deleted.
 	KeyIndexDir string
 	// Compaction, when set, has the coordinator rewrite the table's small
 	// data files (their deletes applied) every CompactEvery commits,
@@ -262,6 +265,10 @@ type Position struct {
 	// Offsets are an OffsetSource's properties the commit recorded (nil
 	// for line input).
 	Offsets map[string]string
+	// RolledBack is the newest epoch of the sink that the table's branch
+	// was rolled back past (0: none): the input after Line is written
+	// again.
+	RolledBack uint64
 }
 
 // identified is a Source that fingerprints the input it read
@@ -348,13 +355,17 @@ func Resume(ctx context.Context, cfg Config) (Position, error) {
 func positionOf(cm *commit.Committer) (Position, error) {
 	last, ok := cm.Last()
 	if !ok {
+		if last.RolledBack > 0 {
+			return Position{}, fmt.Errorf("table %v was rolled back past every epoch of sink %q it still has a snapshot of (its newest was epoch %d): which of the sink's older epochs it holds is unknown; "+
+				"to write the input again from its start, give another --sink-id", cm.Table().Identifier(), cm.SinkID(), last.RolledBack)
+		}
 		return Position{}, nil
 	}
 	line, err := strconv.ParseInt(last.Properties[commit.PropInputPosition], 10, 64)
 	if err != nil {
 		return Position{}, fmt.Errorf("snapshot %d of table %v has no valid %s: %w", last.SnapshotID, cm.Table().Identifier(), commit.PropInputPosition, err)
 	}
-	pos := Position{Epoch: last.Epoch, Line: line, InputID: last.Properties[commit.PropInputID]}
+	pos := Position{Epoch: last.Epoch, Line: line, InputID: last.Properties[commit.PropInputID], RolledBack: last.RolledBack}
 	for k, v := range last.Properties {
 		if strings.HasPrefix(k, commit.PropOffsetPrefix) {
 			if pos.Offsets == nil {
@@ -627,6 +638,21 @@ func checkRecorded(ctx context.Context, store coordinator.StateStore, cm *commit
 	if err != nil {
 		return err
 	}
+	if last, _ := cm.Last(); last.RolledBack > 0 {
+		// The table was rolled back: recorded epochs were written on top
+		// of a table that is gone, after input the table no longer holds.
+		i := slices.IndexFunc(st.Epochs, func(e coordinator.RecordedEpoch) bool { return e.Epoch > st.LastCommitted })
+		if i < 0 {
+			return nil
+		}
+		dropped := st.Epochs[i:]
+		st.Epochs = st.Epochs[:i]
+		if err := store.Save(ctx, id+1, coordinator.EncodeState(st)); err != nil {
+			return fmt.Errorf("dropping recorded epochs after a rollback: %w", err)
+		}
+		log.Warn("sink: recorded epochs dropped: the table was rolled back; their input is written again", "epochs", fmt.Sprintf("%d-%d", dropped[0].Epoch, dropped[len(dropped)-1].Epoch), "rolled-back-past", last.RolledBack)
+		return nil
+	}
 	for i, e := range st.Epochs {
 		if e.Epoch <= st.LastCommitted {
 			continue
@@ -799,6 +825,11 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	if byPartition && cm.Table().Metadata().Version() >= 3 && cfg.Writer.DeleteMode == deltawriter.DeleteByPosition {
 		return res, fmt.Errorf("table %v is format v3: processes sharing a topic's partitions may delete rows of one data file in one epoch, and their deletion vectors cannot be merged yet; use a v2 table or --delete-mode equality", cfg.Ident)
 	}
+	if base := keyIndexBase(cfg); base != "" && cfg.Writer.DeleteMode == deltawriter.DeleteByPosition {
+		if err := localdir.Private(base); err != nil {
+			return res, fmt.Errorf("the key index folder: %w", err)
+		}
+	}
 	job := jobOf(cm.Table(), cfg.SinkID)
 	// Every writer must end its checkpoints at the same input lines.
 	job["checkpoint-rows"] = strconv.FormatInt(cfg.CheckpointRows, 10)
@@ -843,7 +874,11 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 			}
 			return cm.Table(), nil
 		}}
-		if cfg.Compaction != nil && ec != nil {
+		if ec != nil {
+			// Each window follows the table as the last commit (and
+			// compaction round) left it: the key index's base moves with
+			// the sink's commits, so the committer's check of it never
+			// walks back past the retained history.
 			writers[i].follow = ec.table
 		}
 		for it := b.Iterator(); it.HasNext(); {
@@ -1146,8 +1181,9 @@ type writer struct {
 	sess     coordinator.Session
 	in       chan batch
 	inCommit bool // the last error came from Commit: its files may be recorded
-	// follow, with compaction on, returns the table after a commit: the
-	// writer's key index follows the coordinator's compactions.
+	// follow, with the in-process coordinator, returns the table after
+	// the last commit: the writer's key index follows it (the sink's
+	// compactions, and its base moves to the newest commit).
 	follow func() *table.Table
 	// current returns the table as the sink last committed it (to save
 	// the key index with).
@@ -1331,11 +1367,10 @@ func keyIndexBase(cfg Config) string {
 	case "-":
 		return ""
 	case "":
-		base = cfg.Writer.SpillDir
-		if base == "" {
-			base = os.TempDir()
+		if cfg.Writer.SpillDir == "" {
+			return localdir.DefaultKeyIndexBase()
 		}
-		return filepath.Join(base, "icesink-keyindex")
+		return filepath.Join(cfg.Writer.SpillDir, "icesink-keyindex")
 	default:
 		return base
 	}

@@ -214,7 +214,8 @@ func ParseIdent(s string) (table.Identifier, error) {
 // CheckName refuses a name that becomes part of a file path (a namespace,
 // a table name, a sink id) and could lead out of its folder: path
 // separators, "..", control characters, and '%', since iceberg-go decodes
-// file locations as URLs (so "%2e%2e%2f" is "../").
+// file locations as URLs (so "%2e%2e%2f" is "../"), and '?' and '#', which end
+// a URL's path.
 func CheckName(s string) error {
 	switch {
 	case s == "":
@@ -223,6 +224,8 @@ func CheckName(s string) error {
 		return fmt.Errorf("name %q holds a '/', '\\' or '%%', which would lead out of its folder", s)
 	case strings.Contains(s, ".."):
 		return fmt.Errorf("name %q holds \"..\", which would lead out of its folder", s)
+	case strings.ContainsAny(s, "?#"):
+		return fmt.Errorf("name %q holds a '?' or '#', which would end the path of its location (iceberg-go parses locations as URLs)", s)
 	}
 	for _, r := range s {
 		if r < 0x20 || r == 0x7f {

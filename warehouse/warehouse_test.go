@@ -76,7 +76,7 @@ func TestLoadOrCreateChecksSchema(t *testing.T) {
 // URL-encoded (iceberg-go decodes file locations: "%2e%2e%2f" wrote table
 // data and metadata outside the warehouse).
 func TestParseIdentRefusesEscapes(t *testing.T) {
-	for _, s := range []string{"db.%2e%2e%2fx", "%2e%2e.t", "db.a/b", `db.a\b`, "..db.t", "db.\x00"} {
+	for _, s := range []string{"db.%2e%2e%2fx", "%2e%2e.t", "db.a/b", `db.a\b`, "..db.t", "db.\x00", "db.t?x=1", "db.t#frag", "d?b.t"} {
 		if id, err := warehouse.ParseIdent(s); err == nil {
 			t.Errorf("ParseIdent(%q) = %v, want an error", s, id)
 		}

@@ -80,7 +80,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	stateDir := fs.String("state-dir", "", "`DIR` for the in-process coordinator's checkpoints (default: DIR/_icesink/SINK-ID)")
 	rewrite := fs.Float64("rewrite-deleted", 0, "rewrite at commit each data file of the window of which this `SHARE` of rows was deleted in it, so readers scan live rows only (0: never)")
 	spillDir := fs.String("spill-dir", "", "`DIR` for the index's spill runs (default: the OS temp dir; a private subfolder per writer)")
-	keyIndexDir := fs.String("key-index-dir", "", "`DIR` where each writer keeps its key index between runs, so that a restart on an unchanged table skips the rebuild (default: SPILL-DIR/icesink-keyindex; - for none)")
+	keyIndexDir := fs.String("key-index-dir", "", "`DIR` where each writer keeps its key index between runs, so that a restart on an unchanged table skips the rebuild (default: SPILL-DIR/icesink-keyindex, without --spill-dir the user's cache folder; private to the user; - for none)")
 	var rf retentionFlags
 	rf.register(fs)
 	maintain := fs.Bool("maintain", false, "compact the table's small files (their deletes applied) every --compact-every commits, between epochs; the writers' key indexes follow (in-process writers only)")
@@ -318,6 +318,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	peak := mon.stop()
 	if cfg.Progress != nil {
 		fmt.Fprintln(stderr)
+	}
+	if res.Start.RolledBack > 0 && !*quiet {
+		fmt.Fprintf(stderr, "icesink: table %s was rolled back past epoch %d of sink %q: what it no longer holds is written again\n", strings.Join(ident, "."), res.Start.RolledBack, *sinkID)
 	}
 	if res.Start.Line > 0 && !*quiet {
 		if kf.enabled() {

@@ -176,6 +176,9 @@ func (s *session) Checkpoint(ctx context.Context, epoch uint64, bufferedBytes in
 
 // Commit implements coordinator.Session.
 func (s *session) Commit(ctx context.Context, epoch uint64, payload []byte) error {
+	if len(payload) > MaxPayloadSize {
+		return fmt.Errorf("coordinator: epoch %d: the window's payload is %d bytes, over the coordinator's limit of %d (a file record is about 1 KB): commit more often (--commit-bytes, --commit-interval)", epoch, len(payload), MaxPayloadSize)
+	}
 	ch, err := s.box.ExpectResult(epoch)
 	if err != nil {
 		return err

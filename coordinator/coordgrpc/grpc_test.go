@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -13,9 +14,12 @@ import (
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/icesink/icesink/coordinator"
+	"github.com/icesink/icesink/coordinator/coordpb"
 	"github.com/icesink/icesink/coordinator/internal/jobtest"
 )
 
@@ -298,5 +302,45 @@ func TestGRPCBarriers(t *testing.T) {
 	}
 	if err := table.Check(c.Vnodes(), 3); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGRPCMessageLimits: a peer cannot make the coordinator take a message
+// over MaxMessageSize (the stream ends with ResourceExhausted; before, the
+// limit was 256 MiB per message), and a writer refuses to send a payload
+// over MaxPayloadSize with an error that says what to do.
+func TestGRPCMessageLimits(t *testing.T) {
+	_, addr := serve(t, coordinator.Config{CommitInterval: 1}, &jobtest.Table{})
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	stream, err := coordpb.NewCoordinatorClient(cc).Session(ctx, grpc.MaxCallSendMsgSize(2*MaxMessageSize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, MaxMessageSize+1)
+	if err := stream.Send(&coordpb.WriterMessage{Msg: &coordpb.WriterMessage_Payload{Payload: &coordpb.Payload{Epoch: 1, Data: big}}}); err != nil && status.Code(err) != codes.ResourceExhausted && !errors.Is(err, io.EOF) {
+		t.Fatalf("send: %v", err)
+	}
+	_, err = stream.Recv()
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("the coordinator took a message of %d bytes: %v, want ResourceExhausted", len(big), err)
+	}
+
+	vn := roaring.New()
+	vn.AddRange(0, 256)
+	s, err := Dial(ctx, addr, vn, coordinator.WithVnodeCount(256))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	err = s.Commit(ctx, 1, make([]byte, MaxPayloadSize+1))
+	if err == nil || !strings.Contains(err.Error(), "commit more often") {
+		t.Fatalf("a payload over the limit: %v, want a refusal saying to commit more often", err)
 	}
 }

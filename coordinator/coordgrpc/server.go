@@ -18,9 +18,19 @@ import (
 	"github.com/icesink/icesink/coordinator/coordpb"
 )
 
-// MaxMessageSize is the largest message either side accepts: a payload lists
-// a window's files and their statistics.
-const MaxMessageSize = 256 << 20
+// MaxMessageSize is the largest message either side accepts: a payload
+// lists a window's files and their statistics (about 1 KB a file), so 64
+// MiB holds some 60,000 files of one writer's window. A peer that is not
+// trusted cannot make the coordinator buffer more per message.
+const MaxMessageSize = 64 << 20
+
+// MaxPayloadSize is the largest window payload a writer sends: the
+// message limit less room for the message's own fields.
+const MaxPayloadSize = MaxMessageSize - 4<<10
+
+// MaxStreams bounds the sessions one connection may hold open at once (a
+// process opens one per writer).
+const MaxStreams = 1024
 
 type server struct {
 	coordpb.UnimplementedCoordinatorServer
@@ -29,7 +39,8 @@ type server struct {
 
 // Register adds the coordinator service for c to s. Use it to serve with
 // your own grpc.Server (TLS, interceptors); give that server
-// grpc.MaxRecvMsgSize(MaxMessageSize) so that large payloads get through.
+// grpc.MaxRecvMsgSize(MaxMessageSize) so that large payloads get through,
+// and grpc.MaxConcurrentStreams(MaxStreams).
 func Register(s *grpc.Server, c *coordinator.Coordinator) {
 	coordpb.RegisterCoordinatorServer(s, &server{c: c})
 }
@@ -38,7 +49,7 @@ func Register(s *grpc.Server, c *coordinator.Coordinator) {
 // server, breaking open streams. It returns nil after such a stop, unless
 // c stopped because it failed (coordinator.ErrFailed): then that failure.
 func Serve(ctx context.Context, lis net.Listener, c *coordinator.Coordinator, opts ...grpc.ServerOption) error {
-	base := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize)}, Security{}.ServerOptions()...)
+	base := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize), grpc.MaxConcurrentStreams(MaxStreams)}, Security{}.ServerOptions()...)
 	s := grpc.NewServer(append(base, opts...)...)
 	Register(s, c)
 	errc := make(chan error, 1)

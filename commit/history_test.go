@@ -1,0 +1,212 @@
+package commit_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/apache/iceberg-go"
+	icebergio "github.com/apache/iceberg-go/io"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/warehouse"
+)
+
+// foreignAppend commits, through iceberg-go and not through a committer,
+// an append of a data file named name, and returns its snapshot.
+func foreignAppend(t *testing.T, wh *warehouse.Warehouse, name string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	tbl, err := wh.Catalog.LoadTable(ctx, testIdent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := tbl.NewTransaction()
+	rd := tx.NewRowDelta(nil)
+	rd.AddRows(dataFile(t, tbl.Location()+"/data/"+name+".parquet"))
+	if err := rd.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out, err := tx.Commit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out.CurrentSnapshot().SnapshotID
+}
+
+// keyIndexed marks p as resolved by writer w's key index built at base.
+func keyIndexed(p commit.Payload, w int, base int64) commit.Payload {
+	p.Writer, p.KeyIndexed, p.BaseSnapshot = w, true, base
+	return p
+}
+
+// conflictCatalog is the warehouse's SQL catalog answering a moved branch
+// as a REST catalog does (409: table.ErrCommitFailed, which iceberg-go's
+// own retry loop acts on) instead of with the SQL catalog's plain error.
+type conflictCatalog struct {
+	wh *warehouse.Warehouse
+}
+
+func (c *conflictCatalog) LoadTable(ctx context.Context, ident table.Identifier) (*table.Table, error) {
+	tbl, err := c.wh.Catalog.LoadTable(ctx, ident)
+	if err != nil {
+		return nil, err
+	}
+	fsF := func(ctx context.Context) (icebergio.IO, error) { return tbl.FS(ctx) }
+	return table.New(ident, tbl.Metadata(), tbl.MetadataLocation(), fsF, c), nil
+}
+
+func (c *conflictCatalog) CommitTable(ctx context.Context, ident table.Identifier, reqs []table.Requirement, ups []table.Update) (table.Metadata, string, error) {
+	m, loc, err := c.wh.Catalog.CommitTable(ctx, ident, reqs, ups)
+	if err != nil && strings.Contains(err.Error(), "requirement failed") {
+		err = fmt.Errorf("%w: %w", table.ErrCommitFailed, err)
+	}
+	return m, loc, err
+}
+
+// conflictLoader loads tables that commit through a conflictCatalog.
+type conflictLoader struct{ wh *warehouse.Warehouse }
+
+func (l *conflictLoader) LoadTable(ctx context.Context, ident table.Identifier) (*table.Table, error) {
+	return (&conflictCatalog{wh: l.wh}).LoadTable(ctx, ident)
+}
+
+// TestCatalogRetryDoesNotReplayPastForeignChange: with the table's
+// commit.retry.num-retries set, iceberg-go reloads and replays a commit
+// whose branch moved. A key-indexed commit must not be replayed past a
+// foreign append (its position deletes never saw that row): the commit
+// asserts the branch's snapshot, fails into the committer's own retry,
+// and the check refuses it. Before, iceberg-go's replay committed it.
+func TestCatalogRetryDoesNotReplayPastForeignChange(t *testing.T) {
+	ctx := context.Background()
+	wh, tbl := newTable(t)
+	tx := tbl.NewTransaction()
+	if err := tx.SetProperties(iceberg.Properties{"commit.retry.num-retries": "4", "commit.retry.min-wait-ms": "1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cm, err := commit.NewCommitter(ctx, &conflictLoader{wh: wh}, testIdent, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := commitEpoch(t, cm, tbl, "s", 1).SnapshotID
+	foreign := foreignAppend(t, wh, "foreign") // cm's table is stale now
+	p := keyIndexed(payload(t, tbl, "s", 2), 0, base)
+	_, err = cm.Commit(ctx, 2, []commit.Payload{p}, nil)
+	if !errors.Is(err, commit.ErrForeignChange) {
+		t.Fatalf("commit of a window resolved before a foreign append: %v, want ErrForeignChange", err)
+	}
+	after, err := wh.Catalog.LoadTable(ctx, testIdent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := after.CurrentSnapshot().SnapshotID; id != foreign {
+		t.Fatalf("current snapshot %d, want the foreign append %d (nothing of epoch 2 committed)", id, foreign)
+	}
+}
+
+// TestCheckKeyIndexedPerWriter: a writer whose index predates a foreign
+// append is refused even when a commit of the other writers (whose
+// indexes were rebuilt after it) came in between; an idle writer's stale
+// index does not block the others' commit. Before, the check stopped at
+// the committer's last commit and passed.
+func TestCheckKeyIndexedPerWriter(t *testing.T) {
+	ctx := context.Background()
+	wh, tbl := newTable(t)
+	cm, err := commit.NewCommitter(ctx, wh.Catalog, testIdent, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1 := commitEpoch(t, cm, tbl, "s", 1).SnapshotID
+	foreign := foreignAppend(t, wh, "foreign")
+	if err := cm.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Epoch 2: writer 0 (index at s1) idle, writer 1 rebuilt after the
+	// foreign append.
+	idle := keyIndexed(commit.Payload{Version: commit.PayloadVersion, SinkID: "s", FormatVersion: 2}, 0, s1)
+	if _, err := cm.Commit(ctx, 2, []commit.Payload{idle, keyIndexed(payload(t, tbl, "s", 2), 1, foreign)}, nil); err != nil {
+		t.Fatalf("epoch 2 (an idle stale writer, a fresh one): %v", err)
+	}
+	// Epoch 3: writer 0 writes with its stale index.
+	_, err = cm.Commit(ctx, 3, []commit.Payload{keyIndexed(payload(t, tbl, "s", 3), 0, s1)}, nil)
+	if !errors.Is(err, commit.ErrForeignChange) {
+		t.Fatalf("epoch 3 by a writer whose index predates a foreign append: %v, want ErrForeignChange", err)
+	}
+	// Writer 1, checked at epoch 2, goes on.
+	if _, err := cm.Commit(ctx, 3, []commit.Payload{keyIndexed(payload(t, tbl, "s", 3), 1, foreign)}, nil); err != nil {
+		t.Fatalf("epoch 3 by the writer rebuilt after the append: %v", err)
+	}
+}
+
+// TestCheckKeyIndexedExpiredBase: a base that expiry removed from the
+// history cannot be vouched for (before, the walk ended at the missing
+// parent and passed); a base the committer checked before is still
+// vouched for past expiry.
+func TestCheckKeyIndexedExpiredBase(t *testing.T) {
+	ctx := context.Background()
+	wh, tbl := newTable(t)
+	cm, err := commit.NewCommitter(ctx, wh.Catalog, testIdent, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1 := commitEpoch(t, cm, tbl, "s", 1).SnapshotID
+	var e uint64
+	for e = 2; e <= 12; e++ {
+		if _, err := cm.Commit(ctx, e, []commit.Payload{keyIndexed(payload(t, tbl, "s", e), 1, s1)}, nil); err != nil {
+			t.Fatalf("epoch %d: %v", e, err)
+		}
+	}
+	if _, err := cm.Tidy(ctx, commit.Retention{RetainSnapshots: 4}); err != nil {
+		t.Fatal(err)
+	}
+	if cm.Table().Metadata().SnapshotByID(s1) != nil {
+		t.Fatal("expiry kept the base")
+	}
+	// Writer 1 was checked with every commit: vouched for.
+	if _, err := cm.Commit(ctx, e, []commit.Payload{keyIndexed(payload(t, tbl, "s", e), 1, s1)}, nil); err != nil {
+		t.Fatalf("epoch %d by a writer checked at every commit: %v", e, err)
+	}
+	// A fresh committer knows nothing: the base is unreachable.
+	fresh, err := commit.NewCommitter(ctx, wh.Catalog, testIdent, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = fresh.Commit(ctx, e+1, []commit.Payload{keyIndexed(payload(t, tbl, "s", e+1), 1, s1)}, nil)
+	if !errors.Is(err, commit.ErrForeignChange) || !errors.Is(err, commit.ErrBaseUnreachable) {
+		t.Fatalf("a base expiry removed: %v, want ErrForeignChange and ErrBaseUnreachable", err)
+	}
+}
+
+// TestClassify: a replace is harmless only when it says it rewrote
+// manifests and added or removed nothing; one without counters (the spec
+// makes them optional) may be a compaction.
+func TestClassify(t *testing.T) {
+	snap := func(op table.Operation, props iceberg.Properties) *table.Snapshot {
+		return &table.Snapshot{Summary: &table.Summary{Operation: op, Properties: props}}
+	}
+	for _, tc := range []struct {
+		name string
+		s    *table.Snapshot
+		want commit.SnapshotKind
+	}{
+		{"own epoch", snap(table.OpAppend, iceberg.Properties{commit.PropSinkID: "s", commit.PropEpoch: "3"}), commit.OwnEpoch},
+		{"another sink's epoch", snap(table.OpAppend, iceberg.Properties{commit.PropSinkID: "t"}), commit.ForeignRows},
+		{"own compaction", snap(table.OpReplace, iceberg.Properties{commit.PropMaintainedBy: "s", "added-data-files": "1"}), commit.OwnMaintenance},
+		{"rewrite of manifests", snap(table.OpReplace, iceberg.Properties{"manifests-created": "1", "manifests-replaced": "4", "manifests-kept": "0", "entries-processed": "9"}), commit.MetadataOnly},
+		{"foreign compaction", snap(table.OpReplace, iceberg.Properties{"added-data-files": "1", "deleted-data-files": "4"}), commit.ForeignRows},
+		{"replace without counters", snap(table.OpReplace, iceberg.Properties{}), commit.ForeignRows},
+		{"replace that rewrote manifests and deletes", snap(table.OpReplace, iceberg.Properties{"manifests-created": "1", "removed-position-deletes": "3"}), commit.ForeignRows},
+		{"no summary", &table.Snapshot{}, commit.ForeignRows},
+		{"delete", snap(table.OpDelete, iceberg.Properties{}), commit.ForeignRows},
+	} {
+		if got := commit.Classify(tc.s, "s"); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,61 @@
+//go:build unix
+
+package localdir
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestPrivate: a missing folder is created private; one open to others,
+// one another user owns and a symbolic link are refused (a key index in
+// them could have been written by someone else).
+func TestPrivate(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "a", "b")
+	if err := Private(dir); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Fatalf("created %v, %v; want mode 0700", fi.Mode(), err)
+	}
+	if err := Private(dir); err != nil {
+		t.Fatalf("again: %v", err)
+	}
+
+	open := filepath.Join(base, "open")
+	if err := os.Mkdir(open, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := Private(open); !errors.Is(err, ErrNotPrivate) {
+		t.Fatalf("a folder of mode 0777: %v, want ErrNotPrivate", err)
+	}
+
+	link := filepath.Join(base, "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := Private(link); !errors.Is(err, ErrNotPrivate) {
+		t.Fatalf("a symbolic link: %v, want ErrNotPrivate", err)
+	}
+
+	if os.Getuid() != 0 {
+		t.Log("not root: another user's folder is not made")
+		return
+	}
+	theirs := filepath.Join(base, "theirs")
+	if err := os.Mkdir(theirs, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(theirs, 12345, 12345); err != nil {
+		t.Fatal(err)
+	}
+	if err := Private(theirs); !errors.Is(err, ErrNotPrivate) {
+		t.Fatalf("another user's folder: %v, want ErrNotPrivate", err)
+	}
+}

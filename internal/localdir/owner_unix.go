@@ -1,0 +1,20 @@
+//go:build unix
+
+package localdir
+
+import (
+	"io/fs"
+	"syscall"
+)
+
+// ownerChecked: this system has owners and permission bits to check.
+const ownerChecked = true
+
+// owner returns the uid owning fi's file.
+func owner(fi fs.FileInfo) (int, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return int(st.Uid), true
+}
