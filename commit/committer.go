@@ -144,13 +144,20 @@ func lastCommitted(tbl *table.Table, sinkID string) (Committed, bool) {
 	hasKept := err == nil
 	keptSnap, err := strconv.ParseInt(props[sinkProp(sinkID, propSnapshotID)], 10, 64)
 	hasKeptSnap := err == nil
+	// onHistory: the kept position was recorded on a snapshot of the
+	// current history (an epoch without files keeps only its offsets, on
+	// the snapshot that was current then).
+	onHistory := hasKeptSnap && (IsAncestor(meta, keptSnap) || keptSnap == -1 && meta.CurrentSnapshot() == nil)
 	for e, s := range sinkEpochs(tbl, sinkID) {
 		if hasKept && e < kept {
-			// The kept epoch is not in the current history: expired (the
-			// history is expired oldest first, so its snapshot would be
-			// gone while this older one is kept only if it never was an
-			// ancestor) or rolled back.
-			if hasKeptSnap || rolledBack(meta, sinkID, e) {
+			// The kept epoch is not in the current history: kept without
+			// a snapshot, expired, or rolled back. The history is expired
+			// oldest first, so a kept epoch newer than this retained one
+			// is gone only if it was never on this history.
+			switch {
+			case onHistory:
+				return keptCommitted(props, sinkID, kept), true
+			case hasKeptSnap || rolledBack(meta, sinkID, e):
 				return Committed{Epoch: e, SnapshotID: s.SnapshotID, Properties: s.Summary.Properties, RolledBack: kept}, true
 			}
 			break // an older release's properties, and the kept epoch's snapshot was expired
@@ -160,11 +167,16 @@ func lastCommitted(tbl *table.Table, sinkID string) (Committed, bool) {
 	if !hasKept {
 		return Committed{}, false
 	}
-	if (hasKeptSnap && meta.SnapshotByID(keptSnap) != nil) || rolledBack(meta, sinkID, 0) {
+	if !onHistory && (hasKeptSnap && meta.SnapshotByID(keptSnap) != nil || rolledBack(meta, sinkID, 0)) {
 		// Rolled back past every epoch of the sink still in the metadata:
 		// which of the expired ones the table holds is unknown.
 		return Committed{RolledBack: kept}, false
 	}
+	return keptCommitted(props, sinkID, kept), true
+}
+
+// keptCommitted is the position the table properties keep for sinkID.
+func keptCommitted(props iceberg.Properties, sinkID string, epoch uint64) Committed {
 	prefix := PropSinkPrefix + sinkID + "."
 	out := iceberg.Properties{}
 	for k, v := range props {
@@ -173,7 +185,7 @@ func lastCommitted(tbl *table.Table, sinkID string) (Committed, bool) {
 		}
 	}
 	out[PropSinkID] = sinkID
-	return Committed{Epoch: kept, Properties: out}, true
+	return Committed{Epoch: epoch, Properties: out}
 }
 
 // rolledBack reports whether meta holds a snapshot of an epoch of sinkID
@@ -236,6 +248,9 @@ type Result struct {
 	AlreadyCommitted bool
 	// Empty reports that the payloads held no file, so no snapshot was made.
 	Empty bool
+	// Recorded reports, for an Empty epoch that moved an input offset,
+	// that its position was kept in the table properties.
+	Recorded bool
 	// Retries is how many times the commit was retried on a moved branch.
 	Retries int
 }
@@ -365,7 +380,9 @@ func (c *Committer) Commit(ctx context.Context, epoch uint64, payloads []Payload
 	}
 	if nfiles == 0 {
 		res.Empty = true
-		return res, nil
+		var err error
+		res.Recorded, err = c.recordOffsets(ctx, epoch, props)
+		return res, err
 	}
 	for attempt := 0; ; attempt++ {
 		if c.stale {
@@ -397,13 +414,22 @@ func (c *Committer) Commit(ctx context.Context, epoch uint64, payloads []Payload
 			return res, fmt.Errorf("commit: epoch %d of sink %q: %w", epoch, c.sinkID, err)
 		}
 		res.Retries++
-		backoff := time.Duration(10<<min(attempt, 6)) * time.Millisecond
-		backoff += rand.N(backoff)
-		select {
-		case <-ctx.Done():
-			return res, fmt.Errorf("commit: epoch %d: %w", epoch, ctx.Err())
-		case <-time.After(backoff):
+		if err := sleepBackoff(ctx, attempt); err != nil {
+			return res, fmt.Errorf("commit: epoch %d: %w", epoch, err)
 		}
+	}
+}
+
+// sleepBackoff waits before retry attempt+1: exponential from 10 ms, with
+// jitter.
+func sleepBackoff(ctx context.Context, attempt int) error {
+	backoff := time.Duration(10<<min(attempt, 6)) * time.Millisecond
+	backoff += rand.N(backoff)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(backoff):
+		return nil
 	}
 }
 
@@ -450,20 +476,83 @@ func Retryable(err error) bool {
 	return strings.Contains(strings.ToLower(err.Error()), "requirement failed: ")
 }
 
-func (c *Committer) commitOnce(ctx context.Context, epoch uint64, payloads []Payload, props map[string]string) (*table.Table, error) {
-	meta := c.tbl.Metadata()
-	summary := iceberg.Properties{}
+// commitProps returns the snapshot summary of epoch's commit with props,
+// and the table properties that keep it for the sink.
+func (c *Committer) commitProps(epoch uint64, props map[string]string) (summary, kept iceberg.Properties) {
+	summary = iceberg.Properties{}
 	for k, v := range props {
 		summary[k] = v
 	}
 	summary[PropSinkID] = c.sinkID
 	summary[PropEpoch] = strconv.FormatUint(epoch, 10)
-	kept := iceberg.Properties{}
+	kept = iceberg.Properties{}
 	for k, v := range summary {
 		if strings.HasPrefix(k, "icesink.") && k != PropSinkID {
 			kept[sinkProp(c.sinkID, k)] = v
 		}
 	}
+	return summary, kept
+}
+
+// recordOffsets keeps the position of an epoch that wrote no file in the
+// table properties alone (no snapshot), when it moved an input offset:
+// otherwise a partition whose records all wrote nothing (tombstones,
+// skipped events) stays at an old offset, and retention deleting the
+// records after it makes the next start refuse them as never read. The
+// properties name the snapshot they were recorded on, so a rollback past
+// it is still recognised.
+func (c *Committer) recordOffsets(ctx context.Context, epoch uint64, props map[string]string) (bool, error) {
+	for attempt := 0; ; attempt++ {
+		if c.stale {
+			if err := c.Refresh(ctx); err != nil {
+				return false, err
+			}
+		}
+		last, ok := c.Last()
+		if ok && last.Epoch >= epoch {
+			return false, nil
+		}
+		moved := false
+		for k, v := range props {
+			if strings.HasPrefix(k, PropOffsetPrefix) && last.Properties[k] != v {
+				moved = true
+			}
+		}
+		if !moved {
+			return false, nil
+		}
+		_, kept := c.commitProps(epoch, props)
+		if cur := c.tbl.CurrentSnapshot(); cur != nil {
+			kept[sinkProp(c.sinkID, propSnapshotID)] = strconv.FormatInt(cur.SnapshotID, 10)
+		} else {
+			kept[sinkProp(c.sinkID, propSnapshotID)] = "-1"
+		}
+		tx := c.tbl.NewTransaction()
+		err := tx.AssertRefSnapshotID(table.MainBranch)
+		if err == nil {
+			err = tx.SetProperties(kept)
+		}
+		var tbl *table.Table
+		if err == nil {
+			tbl, err = tx.Commit(ctx)
+		}
+		if err == nil {
+			c.adopt(ctx, tbl)
+			return true, nil
+		}
+		c.stale = true
+		if !Retryable(err) || attempt >= c.maxRetries {
+			return false, fmt.Errorf("commit: recording the offsets of epoch %d of sink %q: %w", epoch, c.sinkID, err)
+		}
+		if err := sleepBackoff(ctx, attempt); err != nil {
+			return false, fmt.Errorf("commit: epoch %d: %w", epoch, err)
+		}
+	}
+}
+
+func (c *Committer) commitOnce(ctx context.Context, epoch uint64, payloads []Payload, props map[string]string) (*table.Table, error) {
+	meta := c.tbl.Metadata()
+	summary, kept := c.commitProps(epoch, props)
 
 	if err := oneVectorPerFile(payloads); err != nil {
 		return nil, err

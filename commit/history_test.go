@@ -210,3 +210,68 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+// TestEmptyEpochKeepsOffsets: an epoch that wrote no file but read records
+// (tombstones, skipped events) keeps its offsets in the table properties,
+// without a snapshot; a later rollback past the snapshot they were kept
+// on is still recognised. Before, the offsets stayed at the last epoch
+// with files, and retention of the records after them made the next start
+// refuse them as never read.
+func TestEmptyEpochKeepsOffsets(t *testing.T) {
+	ctx := context.Background()
+	wh, tbl := newTable(t)
+	cm, err := commit.NewCommitter(ctx, wh.Catalog, testIdent, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := func(n string) map[string]string {
+		return map[string]string{commit.PropOffsetPrefix + "t.0": n, commit.PropInputPosition: n}
+	}
+	commitAt := func(epoch uint64, ps []commit.Payload, n string) commit.Result {
+		t.Helper()
+		res, err := cm.Commit(ctx, epoch, ps, off(n))
+		if err != nil {
+			t.Fatalf("epoch %d: %v", epoch, err)
+		}
+		return res
+	}
+	s1 := commitAt(1, []commit.Payload{payload(t, tbl, "s", 1)}, "10").SnapshotID
+	commitAt(2, []commit.Payload{payload(t, tbl, "s", 2)}, "20")
+	if res := commitAt(3, nil, "35"); !res.Empty || !res.Recorded {
+		t.Fatalf("an empty epoch that moved the offsets: %+v, want Empty and Recorded", res)
+	}
+	if res := commitAt(4, nil, "35"); res.Recorded {
+		t.Fatalf("an empty epoch that moved nothing was recorded: %+v", res)
+	}
+	if n := len(cm.Table().Metadata().Snapshots()); n != 2 {
+		t.Fatalf("%d snapshots, want 2 (empty epochs make none)", n)
+	}
+	fresh, err := commit.NewCommitter(ctx, wh.Catalog, testIdent, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, ok := fresh.Last()
+	if !ok || last.Epoch != 3 || last.Properties[commit.PropOffsetPrefix+"t.0"] != "35" || last.RolledBack != 0 {
+		t.Fatalf("Last() = %+v, %v; want epoch 3 at offset 35", last, ok)
+	}
+
+	// Rolled back to epoch 1: epochs 2 and 3 are gone.
+	cur, err := wh.Catalog.LoadTable(ctx, testIdent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := cur.NewTransaction()
+	if err := tx.RollbackToSnapshot(s1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := fresh.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	last, ok = fresh.Last()
+	if !ok || last.Epoch != 1 || last.Properties[commit.PropOffsetPrefix+"t.0"] != "10" || last.RolledBack != 3 {
+		t.Fatalf("Last() after the rollback = %+v, %v; want epoch 1 at offset 10, rolled back past 3", last, ok)
+	}
+}

@@ -130,6 +130,9 @@ func Open(ctx context.Context, cfg Config, dec Decoder) (*Source, error) {
 		kgo.FetchMaxWait(500 * time.Millisecond),
 		// Records of aborted transactions never reach the table.
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// A transaction's commit marker takes an offset: Next steps over
+		// it, so the offsets (and StopAtEnd's end) count it as read.
+		kgo.KeepControlRecords(),
 	}, cfg.Options...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
@@ -178,6 +181,24 @@ func (s *Source) Seek(ctx context.Context, props map[string]string, position int
 	if err != nil {
 		return fmt.Errorf("kafka: listing the start offsets of topic %q: %w", s.cfg.Topic, err)
 	}
+	// StopAtEnd reads up to the last stable offsets: a transaction still
+	// open at the start is not waited for.
+	stable, err := s.adm.ListCommittedOffsets(ctx, s.cfg.Topic)
+	if err == nil {
+		err = stable.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("kafka: listing the stable offsets of topic %q: %w", s.cfg.Topic, err)
+	}
+	// Config.Start is for a table that holds no offset of the topic: once
+	// it holds some, a partition it holds none of was added since (or
+	// never had a record) and is read from its start.
+	first := true
+	for k := range props {
+		if strings.HasPrefix(k, PropPrefix+s.cfg.Topic+".") {
+			first = false
+		}
+	}
 	s.next, s.end = map[int32]int64{}, map[int32]int64{}
 	assign := map[int32]kgo.Offset{}
 	s.mu.Lock()
@@ -191,6 +212,9 @@ func (s *Source) Seek(ctx context.Context, props map[string]string, position int
 			return
 		}
 		s.end[o.Partition] = o.Offset
+		if st, ok := stable.Lookup(s.cfg.Topic, o.Partition); ok && st.Err == nil && st.Offset < o.Offset {
+			s.end[o.Partition] = st.Offset
+		}
 		s.high[o.Partition] = o.Offset
 	})
 	s.mu.Unlock()
@@ -217,7 +241,7 @@ func (s *Source) Seek(ctx context.Context, props map[string]string, position int
 				return fmt.Errorf("kafka: topic %q partition %d: the table holds the records before offset %d, but the partition starts at %d now (retention deleted %d records the sink never read)",
 					s.cfg.Topic, p, off, start.Offset, start.Offset-off)
 			}
-		case s.cfg.Start == Latest:
+		case s.cfg.Start == Latest && first:
 			off = end
 		default:
 			if start, ok := starts.Lookup(s.cfg.Topic, p); ok && start.Err == nil {
@@ -353,6 +377,9 @@ func (s *Source) Next() (changelog.Record, error) {
 				continue // a refetch of what was handed out
 			}
 			s.next[r.Partition] = r.Offset + 1
+			if r.Attrs.IsControl() {
+				continue // a transaction marker: no record of the topic's
+			}
 			s.last = r.Partition
 			s.count++
 			if r.Value == nil {
@@ -476,6 +503,10 @@ func (s *Source) CommitThrough(m *Membership) { s.member = m }
 // Committed records the offsets an Iceberg commit holds (for Lag) and
 // tells them to the consumer group (Config.Group), for lag monitoring.
 func (s *Source) Committed(ctx context.Context, props map[string]string) error {
+	// One commit at a time from the check to the send: offsets told out
+	// of order must not reach the group out of order.
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
 	offs := kadm.Offsets{}
 	s.mu.Lock()
 	for _, p := range slices.Sorted(maps.Keys(props)) {
@@ -498,8 +529,6 @@ func (s *Source) Committed(ctx context.Context, props map[string]string) error {
 	if s.cfg.Group == "" {
 		return nil
 	}
-	s.commitMu.Lock()
-	defer s.commitMu.Unlock()
 	if s.member != nil {
 		if err := s.member.commit(ctx, offs); err != nil {
 			return fmt.Errorf("kafka: committing offsets to group %q: %w", s.cfg.Group, err)

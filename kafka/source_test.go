@@ -74,22 +74,49 @@ func open(t *testing.T, c *kfake.Cluster, cfg kafka.Config) *kafka.Source {
 }
 
 // readAll reads until io.EOF and returns the ids of the changes, and the
-// barriers seen.
+// barriers seen. It fails the test when the end does not come within 20 s
+// (Next blocks while a source waits for records).
 func readAll(t *testing.T, s *kafka.Source) (ids []int64, barriers int) {
 	t.Helper()
+	type next struct {
+		rec changelog.Record
+		err error
+	}
+	ch := make(chan next)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			rec, err := s.Next()
+			select {
+			case ch <- next{rec, err}:
+			case <-stop:
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	deadline := time.After(20 * time.Second)
 	for {
-		rec, err := s.Next()
-		if err == io.EOF {
+		var n next
+		select {
+		case n = <-ch:
+		case <-deadline:
+			t.Fatalf("no end of input after 20 s: %d changes read, offsets %v (a source that never reaches its end offsets)", len(ids), s.Offsets())
+		}
+		if n.err == io.EOF {
 			return ids, barriers
 		}
-		if err != nil {
-			t.Fatal(err)
+		if n.err != nil {
+			t.Fatal(n.err)
 		}
-		if rec.Barrier {
+		if n.rec.Barrier {
 			barriers++
 			continue
 		}
-		for _, ch := range rec.Changes {
+		for _, ch := range n.rec.Changes {
 			ids = append(ids, ch.Row[0].(int64))
 		}
 	}
@@ -440,5 +467,77 @@ func TestLagMetric(t *testing.T) {
 		if got := lag()["icesink_kafka_committed_offset/"+p]; got != 10 {
 			t.Errorf("partition %s committed offset %v, want 10", p, got)
 		}
+	}
+}
+
+// TestSeekLatestOnlyOnFirstRun: Start Latest applies only while the table
+// holds no offset of the topic; a partition without one in a table that
+// holds others (added while the sink was down) is read from its start.
+// Before, its records were skipped.
+func TestSeekLatestOnlyOnFirstRun(t *testing.T) {
+	c, cl := cluster(t, 3)
+	produceLines(t, cl, 30) // 10 records in each partition
+	first := open(t, c, kafka.Config{StopAtEnd: true, Start: kafka.Latest})
+	if err := first.Seek(context.Background(), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := readAll(t, first); len(ids) != 0 {
+		t.Fatalf("a first run from the latest offsets read %d changes", len(ids))
+	}
+	// The table holds partitions 0 and 1; partition 2 is new to it.
+	props := map[string]string{kafka.PropPrefix + "t.0": "10", kafka.PropPrefix + "t.1": "10"}
+	s := open(t, c, kafka.Config{StopAtEnd: true, Start: kafka.Latest})
+	if err := s.Seek(context.Background(), props, 20); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := readAll(t, s)
+	if len(ids) != 10 {
+		t.Fatalf("read %d changes, want partition 2's 10 from its start", len(ids))
+	}
+	for _, id := range ids {
+		if id%3 != 2 {
+			t.Fatalf("read record %d of a partition the table holds", id)
+		}
+	}
+}
+
+// TestStopAtEndTransactional: a topic written in transactions ends in a
+// commit marker; StopAtEnd reaches the end offsets, and the offsets count
+// the markers as read. Before, the source never ended.
+func TestStopAtEndTransactional(t *testing.T) {
+	c, _ := cluster(t, 3)
+	tx, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("t"),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionalID("tx"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close()
+	ctx := context.Background()
+	for _, commit := range []kgo.TransactionEndTry{kgo.TryCommit, kgo.TryAbort, kgo.TryCommit} {
+		if err := tx.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		var keys []int64
+		var vals [][]byte
+		for i := range int64(6) {
+			keys, vals = append(keys, i), append(vals, line(i))
+		}
+		produce(t, tx, keys, vals)
+		if err := tx.EndTransaction(ctx, commit); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := open(t, c, kafka.Config{StopAtEnd: true})
+	if err := s.Seek(ctx, nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := readAll(t, s)
+	if len(ids) != 12 {
+		t.Fatalf("read %d changes, want the 12 of the two committed transactions", len(ids))
+	}
+	// Each partition: 2 records and a marker per transaction.
+	want := map[string]string{kafka.PropPrefix + "t.0": "9", kafka.PropPrefix + "t.1": "9", kafka.PropPrefix + "t.2": "9"}
+	if got := s.Offsets(); !maps.Equal(got, want) {
+		t.Fatalf("offsets %v, want %v", got, want)
 	}
 }

@@ -3,9 +3,13 @@ package sink_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"reflect"
 	"strconv"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/apache/iceberg-go/table"
 
@@ -94,4 +98,72 @@ func TestRollbackResumesFromTable(t *testing.T) {
 			checkModel(t, wh, ident, input)
 		})
 	}
+}
+
+// TestSecondRunOfSinkRefused: while a run of a sink holds its state
+// folder, a second run of the same sink on it (a rolling deploy, a
+// restart that did not wait) is refused at once; before, each removed the
+// other's checkpoints and in-flight files. Once the first run ends, the
+// same command runs.
+func TestSecondRunOfSinkRefused(t *testing.T) {
+	ctx := context.Background()
+	wh, ident := newWarehouse(t)
+	input := genInput(t, 5, 600, 100)
+	cfg := sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "twin", Writers: 2, CheckpointRows: 100,
+		StateDir: t.TempDir(), Writer: deltawriter.Options{SpillDir: t.TempDir()}}
+
+	pr, pw := io.Pipe()
+	started := make(chan struct{})
+	var once sync.Once
+	first := cfg
+	first.Progress = func(p sink.Progress) {
+		if p.Line > 0 {
+			once.Do(func() { close(started) })
+		}
+	}
+	dec, err := changelog.NewDecoder(pr, changelog.ChangelogJSON, fuzzSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := sink.Run(ctx, first, dec)
+		done <- err
+	}()
+	// The first 150 lines: at least one checkpoint, which reports.
+	cut := 0
+	for range 150 {
+		cut += bytes.IndexByte(input[cut:], '\n') + 1
+	}
+	go func() {
+		pw.Write(input[:cut])
+	}()
+	select {
+	case <-started:
+	case err := <-done:
+		t.Fatalf("the first run ended early: %v", err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the first run read nothing in 30 s")
+	}
+
+	dec2, err := changelog.NewDecoder(bytes.NewReader(input), changelog.ChangelogJSON, fuzzSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sink.Run(ctx, cfg, dec2); !errors.Is(err, sink.ErrSinkRunning) {
+		t.Fatalf("a second run of the sink on its state folder: %v, want ErrSinkRunning", err)
+	}
+
+	pw.Write(input[cut:])
+	pw.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the first run: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the first run did not end in 60 s")
+	}
+	runInput(t, cfg, input)
+	checkModel(t, wh, ident, input)
 }

@@ -19,6 +19,7 @@ import (
 	iofs "io/fs"
 	"log/slog"
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -38,6 +39,7 @@ import (
 	"github.com/icesink/icesink/coordinator/statestore"
 	"github.com/icesink/icesink/deltawriter"
 	"github.com/icesink/icesink/internal/localdir"
+	"github.com/icesink/icesink/spill"
 	"github.com/icesink/icesink/warehouse"
 )
 
@@ -509,6 +511,16 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 	if err != nil {
 		return err
 	}
+	if res.Recorded {
+		// No file, but offsets moved: the table properties keep them.
+		e.pos = Position{Epoch: epoch, Line: line, Offsets: offsets}
+		if len(ps) > 0 {
+			e.pos.InputID = ps[0].InputID
+		}
+		if e.onCommit != nil {
+			go e.onCommit(e.pos)
+		}
+	}
 	if !res.Empty {
 		e.pos = Position{Epoch: epoch, Line: line, Offsets: offsets}
 		if len(ps) > 0 {
@@ -587,11 +599,19 @@ func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*c
 	var store coordinator.StateStore = &coordinator.MemStore{}
 	closeStore := func() error { return nil }
 	if cfg.StateDir != "" {
-		st, err := statestore.Open(ctx, statestore.Options{Dir: cfg.StateDir, InFileEnabled: true, NoStateError: coordinator.ErrNoState})
+		// One run of a sink at a time on its state folder: a second one
+		// (a rolling deploy, a restart that did not wait) would sweep the
+		// first's checkpoints and remove its in-flight files.
+		unlock, err := lockStateDir(cfg)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		store, closeStore = st, st.Close
+		st, err := statestore.Open(ctx, statestore.Options{Dir: cfg.StateDir, InFileEnabled: true, NoStateError: coordinator.ErrNoState})
+		if err != nil {
+			unlock()
+			return nil, nil, nil, err
+		}
+		store, closeStore = st, func() error { return errors.Join(st.Close(), unlock()) }
 		if err := checkRecorded(ctx, st, cm, ec.log); err != nil {
 			closeStore()
 			return nil, nil, nil, fmt.Errorf("the coordinator's state in %s does not belong to table %v: %w (move that folder away to start afresh; the files of its epochs are then left as orphans)", cfg.StateDir, cfg.Ident, err)
@@ -616,6 +636,28 @@ func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*c
 	}
 	stop := func() error { return errors.Join(coord.Close(), closeStore()) }
 	return coord, ec, stop, nil
+}
+
+// ErrSinkRunning is returned by Run when another process runs the same
+// sink on the same state folder.
+var ErrSinkRunning = errors.New("another run of the sink holds its state folder")
+
+// lockStateDir takes cfg.StateDir's LOCK (flock: released when the process
+// dies) and returns its release.
+func lockStateDir(cfg Config) (func() error, error) {
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		return nil, fmt.Errorf("creating the coordinator's state folder: %w", err)
+	}
+	lock, err := spill.OSFS{}.Lock(filepath.Join(cfg.StateDir, "LOCK"))
+	switch {
+	case errors.Is(err, spill.ErrLocked):
+		return nil, fmt.Errorf("%w: sink %q, %s (two runs of one sink would remove each other's files and checkpoints): stop the other run first", ErrSinkRunning, cfg.SinkID, cfg.StateDir)
+	case errors.Is(err, spill.ErrLockUnsupported):
+		return func() error { return nil }, nil
+	case err != nil:
+		return nil, fmt.Errorf("locking the coordinator's state folder: %w", err)
+	}
+	return lock.Close, nil
 }
 
 // checkRecorded refuses a state store whose recorded, uncommitted epochs

@@ -44,7 +44,7 @@ func OpenSetIn(dir string, runs []string, opts SetOptions) (*Set, error) {
 	}
 	s := &Set{opts: opts, fs: fs, dir: dir}
 	lock, err := fs.Lock(filepath.Join(dir, lockName))
-	if err != nil && !errors.Is(err, errLockUnsupported) {
+	if err != nil && !errors.Is(err, ErrLockUnsupported) {
 		return nil, fmt.Errorf("spill: lock folder %s: %w", dir, err)
 	}
 	s.lock = lock

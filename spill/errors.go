@@ -61,3 +61,7 @@ func IsCorruption(err error) bool { return errors.Is(err, ErrCorruption) }
 func corruptf(file string, off int64, format string, args ...any) error {
 	return &CorruptionError{File: file, Offset: off, Msg: fmt.Sprintf(format, args...)}
 }
+
+// ErrLockUnsupported is returned by OSFS.Lock on platforms without flock:
+// callers go on without the lock.
+var ErrLockUnsupported = errors.New("spill: file locking not supported on this platform")

@@ -143,9 +143,6 @@ func (r *osReadable) Size() int64 { return r.size }
 
 func (r *osReadable) Close() error { return r.f.Close() }
 
-// errLockUnsupported is returned by lockFile on platforms without flock.
-var errLockUnsupported = errors.New("spill: file locking not supported on this platform")
-
 // sameFile reports whether path still names the file f has open.
 func sameFile(f *os.File, path string) bool {
 	a, err := f.Stat()

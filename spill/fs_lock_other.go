@@ -6,4 +6,4 @@ import "io"
 
 // lockFile is unsupported here: sets then run without a lock and the stale
 // sweep skips every folder.
-func lockFile(name string) (io.Closer, error) { return nil, errLockUnsupported }
+func lockFile(name string) (io.Closer, error) { return nil, ErrLockUnsupported }

@@ -112,7 +112,7 @@ func OpenSet(dir string, opts SetOptions) (*Set, error) {
 			return nil, fmt.Errorf("spill: create spill folder %s: %w", s.dir, err)
 		}
 		s.lock, err = fs.Lock(filepath.Join(s.dir, lockName))
-		if errors.Is(err, errLockUnsupported) {
+		if errors.Is(err, ErrLockUnsupported) {
 			s.lock, err = nil, nil
 		}
 		if err == nil || !(errors.Is(err, ErrLocked) || errors.Is(err, iofs.ErrNotExist)) {

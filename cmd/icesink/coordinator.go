@@ -33,7 +33,7 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus metrics (icesink_commits_total, icesink_commit_duration_seconds, ...) at http://`HOST:PORT`/metrics")
 	checkpointInterval := fs.Duration("checkpoint-interval", 10*time.Second, "ask every writer to end its checkpoint this often (Kafka consumer-group writers end theirs only then); 0 = off")
 	sinkID := fs.String("sink-id", "icesink", "sink `ID` recorded in snapshot summaries")
-	stateDir := fs.String("state-dir", "", "`DIR` for the coordinator's checkpoints (default: DIR/_icesink/SINK-ID)")
+	stateDir := fs.String("state-dir", "", "`DIR` for the coordinator's checkpoints (default: DIR/_icesink/NS.NAME/SINK-ID)")
 	var sf specFlags
 	sf.register(fs)
 	var rf retentionFlags

@@ -194,12 +194,14 @@ func (t *tableFlags) options() warehouse.Options {
 }
 
 // localStateDir returns the default folder of the coordinator's state:
-// under a local warehouse; an object-storage warehouse needs --state-dir.
+// under a local warehouse, one per table and sink (two sinks with the
+// default sink id on two tables of one warehouse must not share it); an
+// object-storage warehouse needs --state-dir.
 func (t *tableFlags) localStateDir(sinkID string) (string, error) {
 	if warehouse.IsObjectStore(t.warehouse) {
 		return "", fmt.Errorf("%w: --state-dir: with an object-storage warehouse, give a local folder for the coordinator's checkpoints", errUsage)
 	}
-	return filepath.Join(t.warehouse, "_icesink", sinkID), nil
+	return filepath.Join(t.warehouse, "_icesink", t.table, sinkID), nil
 }
 
 func (t *tableFlags) check() error {

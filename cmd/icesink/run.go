@@ -77,7 +77,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	commitBytes := fs.String("commit-bytes", "0", "also commit when all writers together buffer this much (e.g. 512MiB); 0 = off")
 	coordAddr := fs.String("coordinator", "", "join the coordinator at `HOST:PORT` (gRPC) instead of starting one in process")
 	vnodesFlag := fs.String("vnodes", "", "with --coordinator: the `RANGES` this writer owns, e.g. 0-127")
-	stateDir := fs.String("state-dir", "", "`DIR` for the in-process coordinator's checkpoints (default: DIR/_icesink/SINK-ID)")
+	stateDir := fs.String("state-dir", "", "`DIR` for the in-process coordinator's checkpoints (default: DIR/_icesink/NS.NAME/SINK-ID)")
 	rewrite := fs.Float64("rewrite-deleted", 0, "rewrite at commit each data file of the window of which this `SHARE` of rows was deleted in it, so readers scan live rows only (0: never)")
 	spillDir := fs.String("spill-dir", "", "`DIR` for the index's spill runs (default: the OS temp dir; a private subfolder per writer)")
 	keyIndexDir := fs.String("key-index-dir", "", "`DIR` where each writer keeps its key index between runs, so that a restart on an unchanged table skips the rebuild (default: SPILL-DIR/icesink-keyindex, without --spill-dir the user's cache folder; private to the user; - for none)")
