@@ -12,6 +12,7 @@ import (
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/codec"
+	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 )
 
@@ -67,6 +68,8 @@ type Committer struct {
 	// checked holds, per writer, the key index its last payload committed
 	// here was checked with (CheckKeyIndexed).
 	checked map[int]checkedIndex
+	// runID is this run's claim on the sink (Claim); "" until it claims.
+	runID string
 }
 
 // Committed describes the newest epoch a sink committed.
@@ -137,6 +140,11 @@ func sinkProp(sinkID, key string) string {
 // rolled back with the branch, so they must name what they belong to).
 const propSnapshotID = "icesink.snapshot-id"
 
+// propRunID is the key under which the table properties name the run of
+// the sink that may commit (Claim): a run that finds another's id there
+// was fenced off.
+const propRunID = "icesink.run-id"
+
 func lastCommitted(tbl *table.Table, sinkID string) (Committed, bool) {
 	meta := tbl.Metadata()
 	props := meta.Properties()
@@ -180,7 +188,7 @@ func keptCommitted(props iceberg.Properties, sinkID string, epoch uint64) Commit
 	prefix := PropSinkPrefix + sinkID + "."
 	out := iceberg.Properties{}
 	for k, v := range props {
-		if rest, ok := strings.CutPrefix(k, prefix); ok && "icesink."+rest != propSnapshotID {
+		if rest, ok := strings.CutPrefix(k, prefix); ok && "icesink."+rest != propSnapshotID && "icesink."+rest != propRunID {
 			out["icesink."+rest] = v
 		}
 	}
@@ -253,6 +261,90 @@ type Result struct {
 	Recorded bool
 	// Retries is how many times the commit was retried on a moved branch.
 	Retries int
+}
+
+// ErrFenced is returned by Commit when another run of the same sink
+// claimed the table (Claim) after this one: only the newest run commits.
+var ErrFenced = errors.New("another run of the sink took over the table")
+
+// PropClaim marks the snapshot with which a run of a sink claimed the
+// table (Claim): a replace that lists the parent's manifests unchanged.
+const PropClaim = "icesink.claim"
+
+// Claim makes this run the one run of the sink that commits to the table.
+// It commits a snapshot that changes nothing (a replace listing the
+// current manifests, summary icesink.claim = the sink) together with
+// runID in the table properties: every commit asserts the branch's
+// snapshot, so a run whose table predates the claim fails its commit,
+// reloads, finds another run named and stops (ErrFenced). Format v2
+// tables; on v1 and v3 tables (whose manifest lists carry row lineage)
+// only the property is set, and a claim that lands between another run's
+// check and its commit is missed.
+func (c *Committer) Claim(ctx context.Context, runID string) error {
+	for attempt := 0; ; attempt++ {
+		if c.stale {
+			if err := c.Refresh(ctx); err != nil {
+				return err
+			}
+		}
+		err := c.claimOnce(ctx, runID)
+		if err == nil {
+			c.runID = runID
+			return nil
+		}
+		c.stale = true
+		if !Retryable(err) || attempt >= c.maxRetries {
+			return fmt.Errorf("commit: claiming table %v for run %s of sink %q: %w", c.ident, runID, c.sinkID, err)
+		}
+		if err := sleepBackoff(ctx, attempt); err != nil {
+			return err
+		}
+	}
+}
+
+func (c *Committer) claimOnce(ctx context.Context, runID string) error {
+	set := iceberg.Properties{sinkProp(c.sinkID, propRunID): runID}
+	cat, ok := c.loader.(tableCommitter)
+	fsys, err := c.tbl.FS(ctx)
+	if err != nil {
+		return err
+	}
+	wfs, wok := fsys.(icebergio.WriteFileIO)
+	if !ok || !wok || c.tbl.Metadata().Version() != 2 {
+		tx := c.tbl.NewTransaction()
+		if err := tx.SetProperties(set); err != nil {
+			return err
+		}
+		tbl, err := tx.Commit(ctx)
+		if err == nil {
+			c.adopt(ctx, tbl)
+		}
+		return err
+	}
+	var mans []iceberg.ManifestFile
+	if cur := c.tbl.CurrentSnapshot(); cur != nil {
+		if mans, err = cur.Manifests(fsys); err != nil {
+			return fmt.Errorf("reading the manifest list of snapshot %d: %w", cur.SnapshotID, err)
+		}
+	}
+	meta := c.tbl.Metadata()
+	snapID := rand.Int64N(1<<62) + 1
+	for meta.SnapshotByID(snapID) != nil {
+		snapID = rand.Int64N(1<<62) + 1
+	}
+	props := iceberg.Properties{PropClaim: c.sinkID, "icesink.run-id": runID, "manifests-kept": strconv.Itoa(len(mans))}
+	return c.commitMetadataSnapshot(ctx, cat, wfs, snapID, "claim", mans, props, []table.Update{table.NewSetPropertiesUpdate(set)}, nil)
+}
+
+// checkRun refuses to commit for a run another run fenced off.
+func (c *Committer) checkRun() error {
+	if c.runID == "" {
+		return nil
+	}
+	if cur := c.tbl.Properties()[sinkProp(c.sinkID, propRunID)]; cur != c.runID {
+		return fmt.Errorf("%w: sink %q, table %v names run %s, this is run %s (two runs of one sink at once: a rolling deploy, a second process); this run stops", ErrFenced, c.sinkID, c.ident, cur, c.runID)
+	}
+	return nil
 }
 
 // ErrForeignPayload is returned for a payload written for another table
@@ -398,6 +490,9 @@ func (c *Committer) Commit(ctx context.Context, epoch uint64, payloads []Payload
 			}
 			return res, nil
 		}
+		if err := c.checkRun(); err != nil {
+			return res, fmt.Errorf("commit: epoch %d: %w", epoch, err)
+		}
 		if err := c.CheckKeyIndexed(payloads); err != nil {
 			return res, fmt.Errorf("commit: epoch %d: %w", epoch, err)
 		}
@@ -520,6 +615,9 @@ func (c *Committer) recordOffsets(ctx context.Context, epoch uint64, props map[s
 		}
 		if !moved {
 			return false, nil
+		}
+		if err := c.checkRun(); err != nil {
+			return false, fmt.Errorf("commit: epoch %d: %w", epoch, err)
 		}
 		_, kept := c.commitProps(epoch, props)
 		if cur := c.tbl.CurrentSnapshot(); cur != nil {

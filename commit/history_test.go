@@ -275,3 +275,53 @@ func TestEmptyEpochKeepsOffsets(t *testing.T) {
 		t.Fatalf("Last() after the rollback = %+v, %v; want epoch 1 at offset 10, rolled back past 3", last, ok)
 	}
 }
+
+// TestClaimFencesOlderRun: a second run of a sink claims the table; the
+// first run's next commit fails (also through a catalog that retries
+// conflicts itself) and is refused with ErrFenced, while the second run
+// commits. The claim changes no row: a key-indexed payload of the new run
+// passes the foreign-change check across it.
+func TestClaimFencesOlderRun(t *testing.T) {
+	ctx := context.Background()
+	wh, tbl := newTable(t)
+	tx := tbl.NewTransaction()
+	if err := tx.SetProperties(iceberg.Properties{"commit.retry.num-retries": "4", "commit.retry.min-wait-ms": "1"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a, err := commit.NewCommitter(ctx, &conflictLoader{wh: wh}, testIdent, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Claim(ctx, "run-a"); err != nil {
+		t.Fatal(err)
+	}
+	commitEpoch(t, a, tbl, "s", 1)
+	b, err := commit.NewCommitter(ctx, wh.Catalog, testIdent, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Claim(ctx, "run-b"); err != nil {
+		t.Fatal(err)
+	}
+	base := b.Table().CurrentSnapshot().SnapshotID
+	if _, err := a.Commit(ctx, 2, []commit.Payload{payload(t, tbl, "s", 2)}, nil); !errors.Is(err, commit.ErrFenced) {
+		t.Fatalf("the older run's commit after a newer run's claim: %v, want ErrFenced", err)
+	}
+	if _, err := b.Commit(ctx, 2, []commit.Payload{keyIndexed(payload(t, tbl, "s", 2), 0, base)}, nil); err != nil {
+		t.Fatalf("the newer run's commit: %v", err)
+	}
+	got := dataFiles(t, b.Table())
+	if len(got) != 2 || !got[tbl.Location()+"/data/s-2.parquet"] {
+		t.Fatalf("data files %v, want epoch 1's and the newer run's epoch 2", got)
+	}
+	for _, s := range b.Table().Metadata().Snapshots() {
+		if s.Summary != nil && s.Summary.Properties[commit.PropClaim] != "" {
+			if k := commit.Classify(&s, "s"); k != commit.MetadataOnly {
+				t.Fatalf("a claim snapshot is %s, want metadata only", k)
+			}
+		}
+	}
+}

@@ -96,61 +96,93 @@ func (c *Committer) mergeDeleteManifests(ctx context.Context, fs icebergio.IO, m
 		return 0, nil
 	}
 
-	seq := meta.LastSequenceNumber() + 1
-	listPath := locs.NewMetadataLocation(fmt.Sprintf("snap-%d-0-deletes-merged.avro", snapID))
-	out, err := wfs.Create(listPath)
-	if err != nil {
-		cleanup()
-		return 0, fmt.Errorf("creating manifest list %s: %w", listPath, err)
-	}
-	written = append(written, listPath)
-	parent := cur.SnapshotID
-	err = iceberg.WriteManifestList(2, out, snapID, &parent, &seq, 0, keep)
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		cleanup()
-		return 0, fmt.Errorf("writing manifest list %s: %w", listPath, err)
-	}
-
 	props := iceberg.Properties{
 		"manifests-replaced": strconv.Itoa(merged),
 		"manifests-created":  strconv.Itoa(len(bySpec)),
 		"icesink.tidy":       "merge-delete-manifests",
 	}
-	if cur.Summary != nil {
-		for k, v := range cur.Summary.Properties {
-			if strings.HasPrefix(k, "total-") {
-				props[k] = v // a rewrite of metadata changes no total
+	if err := c.commitMetadataSnapshot(ctx, cat, wfs, snapID, "deletes-merged", keep, props, nil, written); err != nil {
+		return 0, fmt.Errorf("committing merged delete manifests: %w", err)
+	}
+	return merged, nil
+}
+
+// commitMetadataSnapshot commits straight through the catalog a replace
+// snapshot (id snapID) on top of the current one that lists mans and
+// changes no row (summary props, with the parent's totals), plus updates,
+// asserting that the branch is still at the parent. written are the files
+// the caller wrote for it: removed when the catalog surely refused it.
+// An empty table gets a first snapshot listing nothing.
+func (c *Committer) commitMetadataSnapshot(ctx context.Context, cat tableCommitter, wfs icebergio.WriteFileIO, snapID int64, name string, mans []iceberg.ManifestFile, props iceberg.Properties, updates []table.Update, written []string) error {
+	meta := c.tbl.Metadata()
+	cur := c.tbl.CurrentSnapshot()
+	cleanup := func() {
+		for _, p := range written {
+			_ = wfs.Remove(p)
+		}
+	}
+	locs, err := table.LoadLocationProvider(meta.Location(), meta.Properties())
+	if err != nil {
+		cleanup()
+		return err
+	}
+	seq := meta.LastSequenceNumber() + 1
+	listPath := locs.NewMetadataLocation(fmt.Sprintf("snap-%d-0-%s.avro", snapID, name))
+	out, err := wfs.Create(listPath)
+	if err != nil {
+		cleanup()
+		return fmt.Errorf("creating manifest list %s: %w", listPath, err)
+	}
+	written = append(written, listPath)
+	var parent *int64
+	schemaID := c.tbl.Schema().ID
+	if cur != nil {
+		id := cur.SnapshotID
+		parent = &id
+		if cur.SchemaID != nil {
+			schemaID = *cur.SchemaID
+		}
+		if cur.Summary != nil {
+			for k, v := range cur.Summary.Properties {
+				if strings.HasPrefix(k, "total-") {
+					props[k] = v // a rewrite of metadata changes no total
+				}
 			}
 		}
 	}
+	err = iceberg.WriteManifestList(meta.Version(), out, snapID, parent, &seq, 0, mans)
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		cleanup()
+		return fmt.Errorf("writing manifest list %s: %w", listPath, err)
+	}
 	snap := table.Snapshot{
 		SnapshotID:       snapID,
-		ParentSnapshotID: &parent,
+		ParentSnapshotID: parent,
 		SequenceNumber:   seq,
 		TimestampMs:      max(time.Now().UnixMilli(), meta.LastUpdatedMillis()),
 		ManifestList:     listPath,
 		Summary:          &table.Summary{Operation: table.OpReplace, Properties: props},
-		SchemaID:         cur.SchemaID,
+		SchemaID:         &schemaID,
 	}
-	updates := []table.Update{
+	updates = append([]table.Update{
 		table.NewAddSnapshotUpdate(&snap),
 		table.NewSetSnapshotRefUpdate(table.MainBranch, snapID, table.BranchRef, -1, -1, -1),
-	}
-	reqs := []table.Requirement{table.AssertTableUUID(meta.TableUUID()), table.AssertRefSnapshotID(table.MainBranch, &parent)}
+	}, updates...)
+	reqs := []table.Requirement{table.AssertTableUUID(meta.TableUUID()), table.AssertRefSnapshotID(table.MainBranch, parent)}
 	if _, _, err := cat.CommitTable(ctx, c.ident, reqs, updates); err != nil {
 		c.stale = true
 		if Retryable(err) {
 			cleanup() // refused before anything was written to the catalog
 		}
-		return 0, fmt.Errorf("committing merged delete manifests: %w", err)
+		return err
 	}
 	if err := c.Refresh(ctx); err != nil {
 		c.stale = true
 	}
-	return merged, nil
+	return nil
 }
 
 // writeMergedManifest writes the live entries of group, all of one

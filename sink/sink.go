@@ -12,7 +12,9 @@ package sink
 import (
 	"cmp"
 	"context"
+	cryptorand "crypto/rand"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -505,7 +507,7 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 	}
 	t0 := time.Now()
 	res, err := e.cm.Commit(ctx, epoch, ps, props)
-	if errors.Is(err, commit.ErrForeignChange) || errors.Is(err, commit.ErrForeignPayload) || errors.Is(err, commit.ErrVectorsOfOneFile) {
+	if errors.Is(err, commit.ErrForeignChange) || errors.Is(err, commit.ErrForeignPayload) || errors.Is(err, commit.ErrVectorsOfOneFile) || errors.Is(err, commit.ErrFenced) {
 		return fmt.Errorf("%w: %w", coordinator.ErrPermanent, err) // another attempt sees the same table
 	}
 	if err != nil {
@@ -617,6 +619,12 @@ func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*c
 			return nil, nil, nil, fmt.Errorf("the coordinator's state in %s does not belong to table %v: %w (move that folder away to start afresh; the files of its epochs are then left as orphans)", cfg.StateDir, cfg.Ident, err)
 		}
 	}
+	// This run is the sink's one committer from now on: a run still going
+	// elsewhere (a rolling deploy) is fenced off at its next commit.
+	if err := cm.Claim(ctx, newRunID()); err != nil {
+		closeStore()
+		return nil, nil, nil, err
+	}
 	var opts []coordinator.Option
 	if cfg.Logger != nil {
 		opts = append(opts, coordinator.WithLogger(cfg.Logger))
@@ -636,6 +644,13 @@ func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*c
 	}
 	stop := func() error { return errors.Join(coord.Close(), closeStore()) }
 	return coord, ec, stop, nil
+}
+
+// newRunID names a run of a sink: random, so that two runs never share it.
+func newRunID() string {
+	var b [8]byte
+	_, _ = cryptorand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // ErrSinkRunning is returned by Run when another process runs the same
