@@ -33,6 +33,11 @@ type Compaction struct {
 	MinInputFiles int
 	// MaxInputBytes bounds the data files one round reads. Default 256 MiB.
 	MaxInputBytes int64
+	// Select, when set, picks the data files of the round among the
+	// candidates: every candidate it returns true for is rewritten (no
+	// size tiering; MinInputFiles still applies per partition). For a
+	// caller that knows which files it wants rewritten.
+	Select func(path string) bool
 }
 
 // DefaultCompaction is what `icesink run --maintain` uses.
@@ -50,10 +55,12 @@ type Compacted struct {
 	BytesAfter         int64
 }
 
-// grave is a compaction's replaced files, listed by snapshots up to parent.
+// grave is a compaction's replaced files, listed by snapshots up to
+// parent (and by snapshots of other refs that do not descend from snap,
+// the compaction's own).
 type grave struct {
-	parent int64
-	paths  []string
+	parent, snap int64
+	paths        []string
 }
 
 // Compact rewrites the table's small data files per p, in a snapshot of its
@@ -106,7 +113,17 @@ func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, e
 	rewritten := map[string]struct{}{}
 	budget := maxBytes
 	for _, g := range plan.Groups {
-		tasks, size := tiered(g.Tasks, budget, cfg.DeleteFileThreshold)
+		var tasks []table.FileScanTask
+		var size int64
+		if p.Select != nil {
+			for _, t := range g.Tasks {
+				if p.Select(t.File.FilePath()) {
+					tasks, size = append(tasks, t), size+t.File.FileSizeBytes()
+				}
+			}
+		} else {
+			tasks, size = tiered(g.Tasks, budget, cfg.DeleteFileThreshold)
+		}
 		if len(tasks) < max(2, int(cfg.MinInputFiles)) {
 			continue // not worth a rewrite yet
 		}
@@ -212,7 +229,7 @@ func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, e
 	if err != nil {
 		return out, err
 	}
-	c.graves = append(c.graves, grave{parent: snap.SnapshotID, paths: gone})
+	c.graves = append(c.graves, grave{parent: snap.SnapshotID, snap: tbl.CurrentSnapshot().SnapshotID, paths: gone})
 	c.adopt(ctx, tbl)
 	out.Snapshot = c.tbl.CurrentSnapshot().SnapshotID
 	return out, nil
@@ -247,31 +264,33 @@ func tiered(tasks []table.FileScanTask, budget int64, deleteFiles int) ([]table.
 	return picked, size
 }
 
+// listed returns the data and delete files snapshot s lists.
+func listed(fsys icebergio.IO, s *table.Snapshot) (map[string]struct{}, error) {
+	files := map[string]struct{}{}
+	mans, err := s.Manifests(fsys)
+	if err != nil {
+		return nil, fmt.Errorf("commit: reading the manifest list of snapshot %d: %w", s.SnapshotID, err)
+	}
+	for _, m := range mans {
+		entries, err := m.FetchEntries(fsys, true)
+		if err != nil {
+			return nil, fmt.Errorf("commit: reading manifest %s: %w", m.FilePath(), err)
+		}
+		for _, e := range entries {
+			files[e.DataFile().FilePath()] = struct{}{}
+		}
+	}
+	return files, nil
+}
+
 // unlisted returns the data and delete files before lists and after does
 // not.
 func unlisted(ctx context.Context, fsys icebergio.IO, before, after *table.Snapshot) ([]string, error) {
-	list := func(s *table.Snapshot) (map[string]struct{}, error) {
-		files := map[string]struct{}{}
-		mans, err := s.Manifests(fsys)
-		if err != nil {
-			return nil, fmt.Errorf("commit: reading the manifest list of snapshot %d: %w", s.SnapshotID, err)
-		}
-		for _, m := range mans {
-			entries, err := m.FetchEntries(fsys, true)
-			if err != nil {
-				return nil, fmt.Errorf("commit: reading manifest %s: %w", m.FilePath(), err)
-			}
-			for _, e := range entries {
-				files[e.DataFile().FilePath()] = struct{}{}
-			}
-		}
-		return files, nil
-	}
-	was, err := list(before)
+	was, err := listed(fsys, before)
 	if err != nil {
 		return nil, err
 	}
-	now, err := list(after)
+	now, err := listed(fsys, after)
 	if err != nil {
 		return nil, err
 	}
@@ -286,7 +305,9 @@ func unlisted(ctx context.Context, fsys icebergio.IO, before, after *table.Snaps
 }
 
 // bury removes the files of the compactions whose parent snapshot the
-// table no longer has (expired: no snapshot lists them any more).
+// table no longer has (expired), except those a retained snapshot that
+// does not descend from the compaction still lists: a tag or a branch
+// taken before it (time travel to a tag must keep working).
 func (c *Committer) bury(ctx context.Context) error {
 	if len(c.graves) == 0 {
 		return nil
@@ -307,14 +328,56 @@ func (c *Committer) bury(ctx context.Context) error {
 			keep = append(keep, g)
 			continue
 		}
+		held, err := heldElsewhere(fsys, meta, g.snap)
+		if err != nil {
+			return err
+		}
+		var pending []string
 		for i, p := range g.paths {
+			if _, ok := held[p]; ok {
+				pending = append(pending, p)
+				continue
+			}
 			if err := removeIfPresent(wfs, p); err != nil {
 				errs = append(errs, fmt.Errorf("commit: removing %s, which a compaction replaced: %w", p, err))
-				keep = append(keep, grave{parent: g.parent, paths: g.paths[i:]})
+				pending = append(pending, g.paths[i:]...)
 				break
 			}
+		}
+		if len(pending) > 0 {
+			keep = append(keep, grave{parent: g.parent, snap: g.snap, paths: pending})
 		}
 	}
 	c.graves = keep
 	return errors.Join(errs...)
+}
+
+// heldElsewhere returns the files listed by the retained snapshots of meta
+// that do not descend from snapshot snap (those of tags and branches taken
+// before it), nil when there are none.
+func heldElsewhere(fsys icebergio.IO, meta table.Metadata, snap int64) (map[string]struct{}, error) {
+	var held map[string]struct{}
+	for _, s := range meta.Snapshots() {
+		descends := false
+		for _, a := range table.AncestorsOf(s.SnapshotID, meta.SnapshotByID) {
+			if a.SnapshotID == snap {
+				descends = true
+				break
+			}
+		}
+		if descends {
+			continue
+		}
+		files, err := listed(fsys, &s)
+		if err != nil {
+			return nil, err
+		}
+		if held == nil {
+			held = map[string]struct{}{}
+		}
+		for p := range files {
+			held[p] = struct{}{}
+		}
+	}
+	return held, nil
 }

@@ -24,7 +24,10 @@ type Retention struct {
 	// the orphan-file cleanup's. 0: no expiry.
 	RetainSnapshots int
 	// OlderThan protects younger snapshots from expiry whatever their
-	// number, for readers still planning a scan on them. Default 0.
+	// number, for readers still planning a scan on them. Default 0. The
+	// table's history.expire.min-snapshots-to-keep and
+	// history.expire.max-snapshot-age-ms raise RetainSnapshots and
+	// OlderThan when they ask for more.
 	OlderThan time.Duration
 	// MaxDataManifests merges the current snapshot's data manifests
 	// (iceberg-go's RewriteManifests) when it holds more than this many.
@@ -45,6 +48,20 @@ type Retention struct {
 // snapshots of history, data and delete manifests each merged past 100.
 func DefaultRetention() Retention {
 	return Retention{RetainSnapshots: 100, MaxDataManifests: 100, MaxDeleteManifests: 100}
+}
+
+// withTable returns r made no shorter than what the table's own retention
+// properties ask for (history.expire.min-snapshots-to-keep,
+// history.expire.max-snapshot-age-ms, as another engine's expiry would
+// honour them): the sink never expires what the table's owner keeps.
+func (r Retention) withTable(props iceberg.Properties) Retention {
+	if n := props.GetInt(table.MinSnapshotsToKeepKey, 0); n > r.RetainSnapshots {
+		r.RetainSnapshots = n
+	}
+	if ms := props.GetInt64(table.MaxSnapshotAgeMsKey, 0); time.Duration(ms)*time.Millisecond > r.OlderThan {
+		r.OlderThan = time.Duration(ms) * time.Millisecond
+	}
+	return r
 }
 
 // Tidied is what one Tidy did.
@@ -127,6 +144,7 @@ func removeIfPresent(wfs icebergio.WriteFileIO, path string) error {
 func (c *Committer) Tidy(ctx context.Context, r Retention) (Tidied, error) {
 	var t Tidied
 	if r.RetainSnapshots > 0 {
+		r = r.withTable(c.tbl.Properties())
 		n := len(c.tbl.Metadata().Snapshots())
 		if n > r.RetainSnapshots+max(1, r.RetainSnapshots/4) {
 			before := c.tbl

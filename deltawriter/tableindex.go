@@ -556,8 +556,10 @@ type pendingWindow struct {
 // this sink's own maintenance committed after them (snapshots with
 // commit.PropMaintainedBy = Options.SinkID): the rows a compaction moved
 // are read from its new files, and the index points at them from then on.
-// A snapshot after the index's base that changed rows and is neither this
-// sink's epoch nor its maintenance fails with commit.ErrForeignChange.
+// After a snapshot of another writer that changed rows (an append, a
+// delete, a compaction by another engine) the index is rebuilt from tbl.
+// A base the history no longer reaches (expired, rolled back past) fails
+// with commit.ErrForeignChange.
 // Call it after Committed and before the next Write. In DeleteByEquality
 // mode it does nothing.
 func (w *Writer) Follow(ctx context.Context, tbl *table.Table) error {
@@ -580,7 +582,12 @@ func (w *Writer) Follow(ctx context.Context, tbl *table.Table) error {
 			follow = append(follow, st.Snapshot)
 		case commit.OwnEpoch, commit.MetadataOnly:
 		default:
-			return w.fail(fmt.Errorf("deltawriter: following the table: %w (snapshot %d, %s)", commit.ErrForeignChange, st.Snapshot.SnapshotID, st.Kind))
+			// Another writer changed rows (an append, a delete, a
+			// compaction): the index is read again from the table.
+			if err := w.rebuildTableIndex(ctx, tbl); err != nil {
+				return w.fail(fmt.Errorf("deltawriter: following snapshot %d (%s) of another writer: %w", st.Snapshot.SnapshotID, st.Kind, err))
+			}
+			return nil
 		}
 	}
 	if len(follow) > 0 {
@@ -599,6 +606,22 @@ func (w *Writer) Follow(ctx context.Context, tbl *table.Table) error {
 	}
 	w.tidx.base = cur.SnapshotID
 	return nil
+}
+
+// rebuildTableIndex reads the key index again from tbl's current snapshot
+// (a foreign change the index cannot follow row by row), in place: the
+// open window is resolved against it at PrepareCommit.
+func (w *Writer) rebuildTableIndex(ctx context.Context, tbl *table.Table) error {
+	if err := w.unsave(); err != nil {
+		return err
+	}
+	ix := w.tidx.ix
+	if err := ix.Reset(); err != nil {
+		return err
+	}
+	w.dvs.live = nil
+	w.stats.IndexForeignRebuilds++
+	return w.buildTableIndex(ctx, tbl, ix)
 }
 
 // followRewrite points the key index at the rows of the data files

@@ -206,13 +206,17 @@ type Stats struct {
 	// IndexDuplicateKeys counts keys the rebuild found live more than once
 	// (another writer appended them again); a change of one deletes all.
 	IndexDuplicateKeys int
+	// IndexFollowedRows counts the rows Follow read from the files of
+	// this sink's compactions.
+	IndexFollowedRows int64
+	// IndexForeignRebuilds counts the key index rebuilds Follow did after
+	// other writers changed the table's rows (their rows are counted in
+	// IndexRebuildRows).
+	IndexForeignRebuilds int
 	// IndexesReused counts the key indexes New took from
 	// Options.KeyIndexDir without a rebuild (0 or 1 for one writer);
 	// otherwise IndexRebuildReason says why it rebuilt ("" without a
 	// folder).
-	// IndexFollowedRows counts the rows Follow read from the files of
-	// this sink's compactions.
-	IndexFollowedRows  int64
 	IndexesReused      int
 	IndexRebuildReason string
 	// IndexNotSaved is why SaveKeyIndex did not save the key index ("" if

@@ -387,12 +387,14 @@ func liveRowsOf(t *testing.T, ctx context.Context, wh *warehouse.Warehouse, iden
 	return liveRows(t, ctx, tbl)
 }
 
-// A foreign append in the middle of a run in position mode: the commit
-// after it is refused (the writers' key indexes cannot have seen the new
-// rows) and the run stops; the rerun drops the refused recorded epoch,
-// rebuilds the indexes from the table and ends with the input's final
-// state plus the foreign rows, with no equality delete.
-func TestForeignChangeStopsKeyIndexedRun(t *testing.T) {
+// A foreign append racing a commit in position mode: either the writers
+// saw it when they reloaded the table before resolving the window (and
+// the run goes on), or the commit is refused (the writers' key indexes
+// cannot have seen the new rows) and the run stops; the rerun drops the
+// refused recorded epoch, rebuilds the indexes from the table and ends
+// with the input's final state plus the foreign rows, with no equality
+// delete. (TestForeignChangesFollowed covers changes between commits.)
+func TestForeignChangeRacingCommit(t *testing.T) {
 	ctx := context.Background()
 	wh, ident := newWarehouse(t)
 	input := genInput(t, 3, 1500, 300)
@@ -409,8 +411,11 @@ func TestForeignChangeStopsKeyIndexedRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sink.Run(ctx, cfg, dec); err == nil || !strings.Contains(err.Error(), "changed by another writer") {
-		t.Fatalf("first run: got %v, want a refusal naming the foreign change", err)
+	// The append races the commit of epoch 3: landing before the writers
+	// reload the table, it is followed and the run goes on; landing in
+	// between, the commit is refused and the run stops naming it.
+	if _, err := sink.Run(ctx, cfg, dec); err != nil && !strings.Contains(err.Error(), "changed by another writer") {
+		t.Fatalf("first run: got %v, want success or a refusal naming the foreign change", err)
 	}
 	cfg.Progress = nil
 	dec, err = changelog.NewDecoder(bytes.NewReader(input), changelog.ChangelogJSON, fuzzSchema)
@@ -432,8 +437,8 @@ func TestForeignChangeStopsKeyIndexedRun(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("table has %d live rows, want %d (the input's final state and the foreign rows)", len(got), len(want))
 	}
-	if res.Stats.EqualityDeletes != 0 || res.Stats.IndexRebuildRows == 0 {
-		t.Fatalf("rerun: %d equality-delete rows, %d rows read to rebuild the key index; want 0 and some", res.Stats.EqualityDeletes, res.Stats.IndexRebuildRows)
+	if res.Stats.EqualityDeletes != 0 {
+		t.Fatalf("rerun: %d equality-delete rows, want 0", res.Stats.EqualityDeletes)
 	}
 }
 

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/icesink/icesink/changelog"
@@ -168,4 +171,197 @@ func TestSecondRunOfSinkRefused(t *testing.T) {
 	}
 	runInput(t, cfg, input)
 	checkModel(t, wh, ident, input)
+}
+
+// applyChunk applies the changes of the changelog lines in chunk to m.
+func applyChunk(t *testing.T, m map[string][]any, chunk []byte) {
+	t.Helper()
+	dec, err := changelog.NewDecoder(bytes.NewReader(chunk), changelog.ChangelogJSON, fuzzSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, _ := deltawriter.NewKeyCodec(fuzzSchema)
+	for {
+		rec, err := dec.Next()
+		if errors.Is(err, io.EOF) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ch := range rec.Changes {
+			k, _ := kc.Append(nil, ch.Row)
+			if ch.Op.IsDelete() {
+				delete(m, string(k))
+			} else {
+				m[string(k)] = ch.Row
+			}
+		}
+	}
+}
+
+// foreignEqualityDelete deletes the keys (id, k) of rows with iceberg-go's
+// equality-delete writer, as another engine's merge-on-read delete would.
+func foreignEqualityDelete(t *testing.T, ctx context.Context, wh *warehouse.Warehouse, ident table.Identifier, rows [][]any) {
+	t.Helper()
+	sc := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64, Metadata: arrow.NewMetadata([]string{"PARQUET:field_id"}, []string{"1"})},
+		{Name: "k", Type: arrow.BinaryTypes.String, Metadata: arrow.NewMetadata([]string{"PARQUET:field_id"}, []string{"2"})},
+	}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	for _, r := range rows {
+		b.Field(0).(*array.Int64Builder).Append(r[0].(int64))
+		b.Field(1).(*array.StringBuilder).Append(r[1].(string))
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	tbl, err := wh.Catalog.LoadTable(ctx, ident)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := tbl.NewTransaction()
+	records := func(yield func(arrow.RecordBatch, error) bool) { yield(rec, nil) }
+	if err := tx.CommitEqualityDeletes(ctx, []int{1, 2}, records, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestForeignChangesFollowed: between two of the sink's commits another
+// engine appends rows, deletes keys with equality deletes and compacts the
+// table; the run goes on by itself (its writers rebuild their key indexes
+// from the table before they resolve the next window), later changes of
+// the foreign rows' keys reach them, and the table equals the model: the
+// input's changes and the foreign ones in the order they landed, with no
+// equality delete of the sink's. Before, the run stopped at the first
+// foreign change ("changed by another writer").
+func TestForeignChangesFollowed(t *testing.T) {
+	ctx := context.Background()
+	wh, ident := newWarehouse(t)
+	input := genInput(t, 23, 2400, 250)
+	var chunks [][]byte
+	for i, cut := 0, 0; i < 4; i++ {
+		end := len(input)
+		if i < 3 {
+			end = cut
+			for range 600 {
+				end += bytes.IndexByte(input[end:], '\n') + 1
+			}
+		}
+		chunks = append(chunks, bytes.Clone(input[cut:end]))
+		cut = end
+	}
+	// Changes of the foreign rows' keys, after they landed.
+	chunks[2] = append(chunks[2], `{"op":"+U","data":{"id":90000,"k":"f","v":7,"d":"1.00"}}`+"\n"+`{"op":"-D","data":{"id":90001,"k":"g","d":"0"}}`+"\n"...)
+	for i := range chunks {
+		chunks[i] = append(chunks[i], changelog.BarrierLine+"\n"...)
+	}
+	var all []byte
+	var ends []int64 // the line each chunk ends at
+	for _, c := range chunks {
+		all = append(all, c...)
+		ends = append(ends, int64(bytes.Count(all, []byte("\n"))))
+	}
+
+	cfg := sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "s", Writers: 2, CheckpointRows: 150,
+		StateDir: t.TempDir(), Writer: deltawriter.Options{SpillDir: t.TempDir(), MemoryLimit: 256 << 10}}
+	pr, pw := io.Pipe()
+	dec, err := changelog.NewDecoder(pr, changelog.ChangelogJSON, fuzzSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		res sink.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := sink.Run(ctx, cfg, dec)
+		done <- outcome{res, err}
+	}()
+	// committed waits until the table holds the input up to line n.
+	committed := func(n int64) {
+		t.Helper()
+		deadline := time.Now().Add(60 * time.Second)
+		for {
+			pos, err := sink.Resume(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "s"})
+			if err == nil && pos.Line >= n {
+				return
+			}
+			select {
+			case o := <-done:
+				t.Fatalf("the run ended before line %d was committed: %v", n, o.err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("line %d not committed in 60 s (at %d, %v)", n, pos.Line, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	feed := func(i int) {
+		t.Helper()
+		go pw.Write(chunks[i])
+		committed(ends[i])
+	}
+	model := map[string][]any{}
+	kc, _ := deltawriter.NewKeyCodec(fuzzSchema)
+
+	feed(0)
+	applyChunk(t, model, chunks[0])
+	foreign := [][]any{{int64(90000), "f", int32(1), int64(100)}, {int64(90001), "g", int32(2), int64(200)}, {int64(90002), "h", int32(3), int64(300)}}
+	foreignAppend(t, ctx, wh, ident, foreign)
+	for _, r := range foreign {
+		row := []any{r[0], r[1], r[2], decimalOf(r[3].(int64))}
+		k, _ := kc.Append(nil, row)
+		model[string(k)] = row
+	}
+
+	feed(1)
+	applyChunk(t, model, chunks[1])
+	var gone [][]any
+	for _, row := range model {
+		if len(gone) < 8 && row[0].(int64) < 90000 {
+			gone = append(gone, row)
+		}
+	}
+	foreignEqualityDelete(t, ctx, wh, ident, gone)
+	for _, row := range gone {
+		k, _ := kc.Append(nil, row)
+		delete(model, string(k))
+	}
+
+	feed(2)
+	applyChunk(t, model, chunks[2])
+	spark, err := commit.NewCommitter(ctx, wh.Catalog, ident, "spark")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, err := spark.Compact(ctx, commit.Compaction{MinInputFiles: 2}); err != nil || c.RemovedDataFiles == 0 {
+		t.Fatalf("the foreign compaction: %+v, %v", c, err)
+	}
+
+	go func() {
+		pw.Write(chunks[3])
+		pw.Close()
+	}()
+	applyChunk(t, model, chunks[3])
+	var o outcome
+	select {
+	case o = <-done:
+	case <-time.After(120 * time.Second):
+		t.Fatal("the run did not end in 120 s")
+	}
+	if o.err != nil {
+		t.Fatalf("the run stopped: %v", o.err)
+	}
+	if got := liveRowsOf(t, ctx, wh, ident); !reflect.DeepEqual(got, model) {
+		t.Fatalf("table has %d live rows, the model %d (or they differ)", len(got), len(model))
+	}
+	if st := o.res.Stats; st.EqualityDeletes != 0 || st.IndexForeignRebuilds < 2*3 {
+		t.Fatalf("%d equality-delete rows, %d key index rebuilds after foreign changes; want 0 and one per writer and change (6)", st.EqualityDeletes, st.IndexForeignRebuilds)
+	}
 }

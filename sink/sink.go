@@ -381,6 +381,37 @@ func positionOf(cm *commit.Committer) (Position, error) {
 	return pos, nil
 }
 
+// tableView loads the table once per epoch for the writers of a run, which
+// follow it before they resolve a window's positions. With the
+// in-process coordinator it is the epoch committer's table, reloaded under
+// its lock (after a running compaction round); under a remote one, this
+// process's committer only loads.
+type tableView struct {
+	ec *epochCommitter // nil: a remote coordinator
+	cm *commit.Committer
+
+	mu     sync.Mutex
+	loaded bool
+	epoch  uint64
+}
+
+// at returns the table as the catalog holds it now, loaded at most once
+// per epoch.
+func (v *tableView) at(ctx context.Context, epoch uint64) (*table.Table, error) {
+	if v.ec != nil {
+		return v.ec.tableAt(ctx, epoch)
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if !v.loaded || v.epoch != epoch {
+		if err := v.cm.Refresh(ctx); err != nil {
+			return nil, err
+		}
+		v.loaded, v.epoch = true, epoch
+	}
+	return v.cm.Table(), nil
+}
+
 // epochCommitter commits an epoch's payloads for the coordinator, one
 // epoch at a time, and remembers the last position committed.
 type epochCommitter struct {
@@ -404,6 +435,10 @@ type epochCommitter struct {
 	onCommit func(Position)
 	// latency is the last commit's duration in the catalog.
 	latency time.Duration
+	// loaded and loadedFor: the table was reloaded for epoch loadedFor
+	// (tableAt).
+	loaded    bool
+	loadedFor uint64
 }
 
 // waitMaintenance returns once no compaction round is running.
@@ -423,6 +458,21 @@ func (e *epochCommitter) table() *table.Table {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.cm.Table()
+}
+
+// tableAt returns the table as the catalog holds it now (once a running
+// compaction round ended), reloaded at most once per epoch.
+func (e *epochCommitter) tableAt(ctx context.Context, epoch uint64) (*table.Table, error) {
+	e.waitMaintenance()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.loaded || e.loadedFor != epoch {
+		if err := e.cm.Refresh(ctx); err != nil {
+			return nil, err
+		}
+		e.loaded, e.loadedFor = true, epoch
+	}
+	return e.cm.Table(), nil
 }
 
 // compactRound runs one compaction round in the background; the next
@@ -859,7 +909,7 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 			if w != nil {
 				err = errors.Join(err, w.close(ctx, err != nil))
 				res.Writers = append(res.Writers, w.stats)
-				res.Stats = addStats(res.Stats, w.stats)
+				res.Stats = res.Stats.Add(w.stats)
 			}
 		}
 		if base := keyIndexBase(cfg); base != "" && cfg.Writer.DeleteMode == deltawriter.DeleteByPosition && err == nil {
@@ -890,6 +940,7 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	job := jobOf(cm.Table(), cfg.SinkID)
 	// Every writer must end its checkpoints at the same input lines.
 	job["checkpoint-rows"] = strconv.FormatInt(cfg.CheckpointRows, 10)
+	view := &tableView{ec: ec, cm: cm}
 	for i, b := range bitmaps {
 		sess, err := connect(ctx, b, coordinator.WithVnodeCount(cfg.Vnodes), coordinator.WithJob(job))
 		if err != nil {
@@ -931,13 +982,12 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 			}
 			return cm.Table(), nil
 		}}
-		if ec != nil {
-			// Each window follows the table as the last commit (and
-			// compaction round) left it: the key index's base moves with
-			// the sink's commits, so the committer's check of it never
-			// walks back past the retained history.
-			writers[i].follow = ec.table
-		}
+		// Each window follows the table as it is before the window's
+		// positions are resolved: the sink's commits and compactions, and
+		// other writers' changes (the key index is rebuilt), so that the
+		// committer's check passes and the index's base stays inside the
+		// retained history.
+		writers[i].follow = view.at
 		for it := b.Iterator(); it.HasNext(); {
 			route[it.Next()] = i + 1
 		}
@@ -1238,10 +1288,10 @@ type writer struct {
 	sess     coordinator.Session
 	in       chan batch
 	inCommit bool // the last error came from Commit: its files may be recorded
-	// follow, with the in-process coordinator, returns the table after
-	// the last commit: the writer's key index follows it (the sink's
-	// compactions, and its base moves to the newest commit).
-	follow func() *table.Table
+	// follow returns the table as it is before epoch's window is resolved
+	// (loaded once per epoch for all writers): the writer's key index
+	// follows it.
+	follow func(ctx context.Context, epoch uint64) (*table.Table, error)
 	// current returns the table as the sink last committed it (to save
 	// the key index with).
 	current func(context.Context) (*table.Table, error)
@@ -1283,9 +1333,13 @@ func (w *writer) run(ctx context.Context) error {
 		}
 		if commitNow {
 			if w.follow != nil {
-				// The window's positions are resolved on the table as the
-				// last compaction round left it.
-				if err := w.dw.Follow(ctx, w.follow()); err != nil {
+				// The window's positions are resolved on the table as it
+				// is now (the last compaction round waited for).
+				tbl, err := w.follow(ctx, b.epoch)
+				if err != nil {
+					return err
+				}
+				if err := w.dw.Follow(ctx, tbl); err != nil {
 					return err
 				}
 			}
@@ -1343,7 +1397,12 @@ func (w *writer) close(ctx context.Context, failed bool) error {
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	var kerr error
 	if w.follow != nil && !failed {
-		kerr = w.dw.Follow(sctx, w.follow()) // the last round: saved with the index
+		// The last round: saved with the index.
+		if tbl, err := w.follow(sctx, ^uint64(0)); err != nil {
+			kerr = err
+		} else {
+			kerr = w.dw.Follow(sctx, tbl)
+		}
 	}
 	if tbl, err := w.current(sctx); err != nil {
 		kerr = errors.Join(kerr, err)
@@ -1371,50 +1430,6 @@ func keyIndexDir(cfg Config, tbl *table.Table, vnodes *roaring.Bitmap) string {
 	fmt.Fprintf(h, "%s\x00%s\x00%d\x00", cfg.SinkID, tbl.Metadata().TableUUID(), cfg.Vnodes)
 	vnodes.WriteTo(h)
 	return filepath.Join(base, fmt.Sprintf("w-%x", h.Sum(nil)[:12]))
-}
-
-func addStats(a, b deltawriter.Stats) deltawriter.Stats {
-	a.Changes += b.Changes
-	a.DataFiles += b.DataFiles
-	a.DataRows += b.DataRows
-	a.PositionDeleteFile += b.PositionDeleteFile
-	a.PositionDeletes += b.PositionDeletes
-	a.EqualityDeleteFile += b.EqualityDeleteFile
-	a.EqualityDeletes += b.EqualityDeletes
-	a.Commits = max(a.Commits, b.Commits)
-	a.PeakAccountedBytes = max(a.PeakAccountedBytes, b.PeakAccountedBytes)
-	a.LocalFlushes += b.LocalFlushes
-	a.RewrittenFiles += b.RewrittenFiles
-	a.RewrittenDeletes += b.RewrittenDeletes
-	a.Index.Keys += b.Index.Keys
-	a.Index.MemoryBytes += b.Index.MemoryBytes
-	a.Index.PeakMemoryBytes = max(a.Index.PeakMemoryBytes, b.Index.PeakMemoryBytes)
-	a.Index.Spills += b.Index.Spills
-	a.Index.SpilledBytes += b.Index.SpilledBytes
-	a.Index.Compactions += b.Index.Compactions
-	a.Index.RunsCompacted += b.Index.RunsCompacted
-	a.Index.LookupsMemory += b.Index.LookupsMemory
-	a.Index.LookupsFilter += b.Index.LookupsFilter
-	a.Index.LookupsCache += b.Index.LookupsCache
-	a.Index.LookupsDisk += b.Index.LookupsDisk
-	a.IndexLookups += b.IndexLookups
-	a.OldRowsDeleted += b.OldRowsDeleted
-	a.IndexRebuildRows += b.IndexRebuildRows
-	a.IndexRebuildFiles += b.IndexRebuildFiles
-	a.IndexesReused += b.IndexesReused
-	a.IndexFollowedRows += b.IndexFollowedRows
-	if b.IndexNotSaved != "" {
-		a.IndexNotSaved = b.IndexNotSaved
-	}
-	if b.IndexRebuildReason != "" {
-		a.IndexRebuildReason = b.IndexRebuildReason
-	}
-	a.TableIndex.Keys += b.TableIndex.Keys
-	a.TableIndex.MemoryBytes += b.TableIndex.MemoryBytes
-	a.TableIndex.Spills += b.TableIndex.Spills
-	a.TableIndex.SpilledBytes += b.TableIndex.SpilledBytes
-	a.TableIndex.LookupsDisk += b.TableIndex.LookupsDisk
-	return a
 }
 
 // keyIndexBase returns the folder of the writers' key index folders ("":

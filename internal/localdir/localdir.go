@@ -13,13 +13,13 @@ import (
 )
 
 // ErrNotPrivate is returned by Private for a folder that another local
-// user owns or may write: what it holds cannot be trusted.
+// user owns or may write to: what it holds cannot be trusted.
 var ErrNotPrivate = errors.New("folder is not private to this user")
 
 // Private creates dir (mode 0700, with its parents) when it is missing, and
 // checks that it is a folder (not a symbolic link) owned by this process's
-// user and closed to everyone else; otherwise it fails with ErrNotPrivate
-// naming the folder and why.
+// user that no one else may write to; otherwise it fails with
+// ErrNotPrivate naming the folder and why.
 func Private(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
@@ -34,8 +34,8 @@ func Private(dir string) error {
 	if uid, ok := owner(fi); ok && uid != os.Getuid() {
 		return fmt.Errorf("%w: %s is owned by uid %d, this process runs as uid %d; remove it or choose another folder", ErrNotPrivate, dir, uid, os.Getuid())
 	}
-	if perm := fi.Mode().Perm(); perm&0o077 != 0 && ownerChecked {
-		return fmt.Errorf("%w: %s has mode %v, open to other users; chmod 700 it or choose another folder", ErrNotPrivate, dir, perm)
+	if perm := fi.Mode().Perm(); perm&0o022 != 0 && ownerChecked {
+		return fmt.Errorf("%w: %s has mode %v, writable by other users; chmod go-w it or choose another folder", ErrNotPrivate, dir, perm)
 	}
 	return nil
 }

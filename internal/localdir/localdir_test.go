@@ -9,7 +9,7 @@ import (
 	"testing"
 )
 
-// TestPrivate: a missing folder is created private; one open to others,
+// TestPrivate: a missing folder is created private; one others may write,
 // one another user owns and a symbolic link are refused (a key index in
 // them could have been written by someone else).
 func TestPrivate(t *testing.T) {
@@ -28,6 +28,12 @@ func TestPrivate(t *testing.T) {
 	open := filepath.Join(base, "open")
 	if err := os.Mkdir(open, 0o700); err != nil {
 		t.Fatal(err)
+	}
+	if err := os.Chmod(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := Private(open); err != nil {
+		t.Fatalf("a folder others may only read: %v", err)
 	}
 	if err := os.Chmod(open, 0o777); err != nil {
 		t.Fatal(err)
