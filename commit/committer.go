@@ -58,9 +58,9 @@ type Committer struct {
 	stale bool
 	// tidies counts Tidy calls: the manifest list is read every few.
 	tidies int
-	// graves are the files this committer's compactions replaced: they
+	// replaced are the files this committer's compactions replaced: they
 	// are removed once the snapshots that still list them expire.
-	graves []grave
+	replaced []replacedFiles
 	// cat and fsF rebuild a committed table without reloading it (adopt);
 	// cat is nil when the loader is not also the table's catalog.
 	cat table.CatalogIO

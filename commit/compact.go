@@ -55,10 +55,10 @@ type Compacted struct {
 	BytesAfter         int64
 }
 
-// grave is a compaction's replaced files, listed by snapshots up to
+// replacedFiles are a compaction's replaced files, listed by snapshots up to
 // parent (and by snapshots of other refs that do not descend from snap,
 // the compaction's own).
-type grave struct {
+type replacedFiles struct {
 	parent, snap int64
 	paths        []string
 }
@@ -229,7 +229,7 @@ func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, e
 	if err != nil {
 		return out, err
 	}
-	c.graves = append(c.graves, grave{parent: snap.SnapshotID, snap: tbl.CurrentSnapshot().SnapshotID, paths: gone})
+	c.replaced = append(c.replaced, replacedFiles{parent: snap.SnapshotID, snap: tbl.CurrentSnapshot().SnapshotID, paths: gone})
 	c.adopt(ctx, tbl)
 	out.Snapshot = c.tbl.CurrentSnapshot().SnapshotID
 	return out, nil
@@ -304,12 +304,12 @@ func unlisted(ctx context.Context, fsys icebergio.IO, before, after *table.Snaps
 	return gone, nil
 }
 
-// bury removes the files of the compactions whose parent snapshot the
+// removeReplaced removes the files of the compactions whose parent snapshot the
 // table no longer has (expired), except those a retained snapshot that
 // does not descend from the compaction still lists: a tag or a branch
 // taken before it (time travel to a tag must keep working).
-func (c *Committer) bury(ctx context.Context) error {
-	if len(c.graves) == 0 {
+func (c *Committer) removeReplaced(ctx context.Context) error {
+	if len(c.replaced) == 0 {
 		return nil
 	}
 	fsys, err := c.tbl.FS(ctx)
@@ -321,9 +321,9 @@ func (c *Committer) bury(ctx context.Context) error {
 		return nil
 	}
 	meta := c.tbl.Metadata()
-	var keep []grave
+	var keep []replacedFiles
 	var errs []error
-	for _, g := range c.graves {
+	for _, g := range c.replaced {
 		if meta.SnapshotByID(g.parent) != nil {
 			keep = append(keep, g)
 			continue
@@ -345,10 +345,10 @@ func (c *Committer) bury(ctx context.Context) error {
 			}
 		}
 		if len(pending) > 0 {
-			keep = append(keep, grave{parent: g.parent, snap: g.snap, paths: pending})
+			keep = append(keep, replacedFiles{parent: g.parent, snap: g.snap, paths: pending})
 		}
 	}
-	c.graves = keep
+	c.replaced = keep
 	return errors.Join(errs...)
 }
 

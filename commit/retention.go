@@ -166,7 +166,7 @@ func (c *Committer) Tidy(ctx context.Context, r Retention) (Tidied, error) {
 			if err := removeExpired(ctx, before, c.tbl); err != nil {
 				return t, fmt.Errorf("commit: removing the files of expired snapshots of %v: %w", c.ident, err)
 			}
-			if err := c.bury(ctx); err != nil {
+			if err := c.removeReplaced(ctx); err != nil {
 				return t, err
 			}
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
 
 	"github.com/icesink/icesink/commit"
 )
@@ -46,5 +47,72 @@ func TestTidyHonoursTableRetention(t *testing.T) {
 				t.Fatalf("%d snapshots kept, the table's properties ask for at least %d", n, tc.want)
 			}
 		})
+	}
+}
+
+// TestExpiryRemovesManifests: expiry removes the manifest lists of the
+// expired snapshots and the manifests that only they listed, and keeps
+// every file a retained snapshot reads. Before, only a memory test noticed
+// when this stopped.
+func TestExpiryRemovesManifests(t *testing.T) {
+	ctx := context.Background()
+	wh, tbl := newTable(t)
+	cm, err := commit.NewCommitter(ctx, wh.Catalog, testIdent, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for e := uint64(1); e <= 12; e++ {
+		commitEpoch(t, cm, tbl, "s", e)
+	}
+	fsys, err := cm.Table().FS(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := func(s table.Snapshot) []string {
+		mans, err := s.Manifests(fsys)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := []string{s.ManifestList}
+		for _, m := range mans {
+			out = append(out, m.FilePath())
+		}
+		return out
+	}
+	before := map[int64][]string{}
+	for _, s := range cm.Table().Metadata().Snapshots() {
+		before[s.SnapshotID] = files(s)
+	}
+	if _, err := cm.Tidy(ctx, commit.Retention{RetainSnapshots: 4}); err != nil {
+		t.Fatal(err)
+	}
+	kept := map[string]bool{}
+	for _, s := range cm.Table().Metadata().Snapshots() {
+		for _, p := range files(s) {
+			kept[p] = true
+		}
+	}
+	exists := func(p string) bool {
+		f, err := fsys.Open(p)
+		if err == nil {
+			f.Close()
+		}
+		return err == nil
+	}
+	removed := 0
+	for id, paths := range before {
+		for _, p := range paths {
+			switch {
+			case kept[p] && !exists(p):
+				t.Fatalf("%s, which a retained snapshot reads, was removed", p)
+			case !kept[p] && exists(p):
+				t.Fatalf("%s of expired snapshot %d is still there", p, id)
+			case !kept[p]:
+				removed++
+			}
+		}
+	}
+	if len(before)-len(cm.Table().Metadata().Snapshots()) < 8 || removed == 0 {
+		t.Fatalf("%d snapshots expired, %d files removed; want 8 and some", len(before)-len(cm.Table().Metadata().Snapshots()), removed)
 	}
 }

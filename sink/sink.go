@@ -18,7 +18,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	iofs "io/fs"
 	"log/slog"
 	"maps"
 	"os"
@@ -31,7 +30,6 @@ import (
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
-	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -793,45 +791,6 @@ func checkRecorded(ctx context.Context, store coordinator.StateStore, cm *commit
 	return nil
 }
 
-// removeOrphans deletes the files under tbl's data location that are
-// named as sinkID's writers name theirs (deltawriter.SinkFile) and that no
-// snapshot references: the files of windows that never committed. It must
-// only run while no writer of the sink is writing. Listing uses iceberg-go's
-// orphan-file planning (every manifest of every snapshot is read once).
-func removeOrphans(ctx context.Context, tbl *table.Table, sinkID string) (int, error) {
-	locs, err := tbl.LocationProvider()
-	if err != nil {
-		return 0, err
-	}
-	dataDir := strings.TrimSuffix(locs.NewDataLocation("x"), "/x")
-	plan, err := tbl.DeleteOrphanFiles(ctx, table.WithLocation(dataDir), table.WithFilesOlderThan(0), table.WithDryRun(true))
-	if errors.Is(err, iofs.ErrNotExist) {
-		return 0, nil // nothing written yet
-	}
-	if err != nil {
-		return 0, err
-	}
-	fs, err := tbl.FS(ctx)
-	if err != nil {
-		return 0, err
-	}
-	wfs, ok := fs.(icebergio.WriteFileIO)
-	if !ok {
-		return 0, nil
-	}
-	n := 0
-	for _, p := range plan.OrphanFileLocations {
-		if !deltawriter.SinkFile(p, sinkID) {
-			continue // another writer's: not ours to judge
-		}
-		if err := wfs.Remove(p); err != nil && !errors.Is(err, iofs.ErrNotExist) {
-			return n, err
-		}
-		n++
-	}
-	return n, nil
-}
-
 // jobOf is what a sink's writers and coordinator must agree on before any
 // file is written: the table (by UUID, so another warehouse's table of the
 // same name differs), its schema, partition spec and format, and the sink.
@@ -1017,7 +976,10 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 		// This process holds every writer of the sink, none has written
 		// yet, and recorded epochs are committed: what is left of the
 		// sink's files outside the table is from windows that crashed.
-		n, err := removeOrphans(ctx, cm.Table(), cfg.SinkID)
+		// Only the sink's own files (deltawriter.SinkFile): another
+		// writer's are not ours to judge.
+		n, err := commit.RemoveOrphanFiles(ctx, cm.Table(), commit.OrphanFiles{DataOnly: true,
+			Remove: func(p string) bool { return deltawriter.SinkFile(p, cfg.SinkID) }})
 		if err != nil {
 			return res, fmt.Errorf("removing the files of uncommitted windows: %w", err)
 		}

@@ -2,15 +2,11 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	iofs "io/fs"
 	"time"
 
-	icebergio "github.com/apache/iceberg-go/io"
-	"github.com/apache/iceberg-go/table"
 	"github.com/dustin/go-humanize"
 
 	"github.com/icesink/icesink/commit"
@@ -92,41 +88,14 @@ func cmdMaintain(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		n, sum.RemovedDataFiles, sum.AddedDataFiles, sum.RemovedDeleteFiles, humanize.IBytes(uint64(sum.BytesBefore)), humanize.IBytes(uint64(sum.BytesAfter)))
 	fmt.Fprintf(stdout, "history: %d snapshots expired, %d data manifests and %d delete manifests merged\n", t.ExpiredSnapshots, t.RewrittenManifests, t.MergedDeletes)
 	if *orphans {
-		n, err := removeOrphans(ctx, cm.Table(), *sinkID, *orphanAge)
+		// Except the sink's own files: those may belong to an epoch its
+		// coordinator recorded and will commit at its next start.
+		n, err := commit.RemoveOrphanFiles(ctx, cm.Table(), commit.OrphanFiles{OlderThan: *orphanAge,
+			Remove: func(p string) bool { return !deltawriter.SinkFile(p, *sinkID) }})
 		if err != nil {
 			return fmt.Errorf("removing orphan files: %w", err)
 		}
 		fmt.Fprintf(stdout, "orphans: %d files removed\n", n)
 	}
 	return nil
-}
-
-// removeOrphans removes the files under tbl's location that iceberg-go's
-// orphan planning finds unreferenced and older than age, except the files
-// of sink sinkID (deltawriter.SinkFile): those may belong to an epoch its
-// coordinator recorded and will commit at its next start.
-func removeOrphans(ctx context.Context, tbl *table.Table, sinkID string, age time.Duration) (int, error) {
-	plan, err := tbl.DeleteOrphanFiles(ctx, table.WithFilesOlderThan(age), table.WithDryRun(true))
-	if err != nil {
-		return 0, err
-	}
-	fsys, err := tbl.FS(ctx)
-	if err != nil {
-		return 0, err
-	}
-	wfs, ok := fsys.(icebergio.WriteFileIO)
-	if !ok {
-		return 0, fmt.Errorf("the table's file IO cannot remove files")
-	}
-	n := 0
-	for _, p := range plan.OrphanFileLocations {
-		if deltawriter.SinkFile(p, sinkID) {
-			continue
-		}
-		if err := wfs.Remove(p); err != nil && !errors.Is(err, iofs.ErrNotExist) {
-			return n, err
-		}
-		n++
-	}
-	return n, nil
 }
