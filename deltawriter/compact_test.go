@@ -2,9 +2,12 @@ package deltawriter_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/apache/iceberg-go/table"
@@ -476,5 +479,63 @@ func TestCompactionKeepsTaggedFiles(t *testing.T) {
 	}
 	if rows != taggedRows {
 		t.Fatalf("the tagged snapshot reads %d rows, it held %d", rows, taggedRows)
+	}
+}
+
+// TestKeyIndexFileTablePruned: after the sink's compactions, the key
+// index's file table (and the KEYINDEX a clean stop saves) names only the
+// data files still in the table. Before, it kept every file ever indexed.
+func TestKeyIndexFileTablePruned(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, simpleSchema, nil)
+	dir := t.TempDir()
+	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", KeyIndexDir: dir, SpillDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	rng := rand.New(rand.NewPCG(4, 4))
+	stream := randomStream(rng, 12*100, 300)
+	for c := range 12 {
+		for _, ch := range stream[c*100 : (c+1)*100] {
+			if err := w.Write(ctx, ch); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e.commitWindow(w, uint64(c+1))
+		if c%4 == 3 {
+			if res, err := e.cm.Compact(ctx, commit.Compaction{MinInputFiles: 2}); err != nil || res.RemovedDataFiles == 0 {
+				t.Fatalf("compaction: %+v, %v", res, err)
+			}
+			e.tbl = e.cm.Table()
+			if err := w.Follow(ctx, e.tbl); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if why, err := w.SaveKeyIndex(ctx, e.tbl); err != nil || why != "" {
+		t.Fatalf("save: %q, %v", why, err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "KEYINDEX"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m struct{ Files []string }
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	live := dataPaths(t, e.tbl)
+	named := 0
+	for _, p := range m.Files {
+		if p == "" {
+			continue
+		}
+		named++
+		if !live[p] {
+			t.Fatalf("the saved file table names %s, which a compaction removed", p)
+		}
+	}
+	if named == 0 || len(m.Files) == named {
+		t.Fatalf("file table of %d entries, %d named; want removed files emptied", len(m.Files), named)
 	}
 }

@@ -385,3 +385,54 @@ func testKeyIndexSaved(t *testing.T, version int, limit int64) {
 	w.Close(ctx)
 	m.check(t, e.tbl)
 }
+
+// TestRebuildBoundsDeleteCache: a rebuild under a small budget does not
+// keep a delete file larger than the budget's delete share in memory (it
+// reads it again for each data file it applies to), and the index is as
+// exact as with an unbounded one. Before, every delete of the table was
+// held while the rebuild ran, outside the budget.
+func TestRebuildBoundsDeleteCache(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, simpleSchema, nil)
+	m := newModel(t, simpleSchema)
+	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply := func(w *deltawriter.Writer, ch deltawriter.Change) {
+		t.Helper()
+		if err := w.Write(ctx, ch); err != nil {
+			t.Fatal(err)
+		}
+		m.apply(ch)
+	}
+	for c := range 4 {
+		for k := c * 5000; k < (c+1)*5000; k++ {
+			apply(w, deltawriter.Change{Op: deltawriter.Insert, Row: []any{int64(k), "a", int64(c)}})
+		}
+		e.commitWindow(w, uint64(c+1))
+	}
+	// One position-delete file over all four data files.
+	for k := 0; k < 20000; k += 2 {
+		apply(w, deltawriter.Change{Op: deltawriter.Delete, Row: []any{int64(k), nil, nil}})
+	}
+	e.commitWindow(w, 5)
+	w.Close(ctx)
+
+	w, err = deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", MemoryLimit: 256 << 10, SpillDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	if st := w.Stats(); st.IndexRebuildDeleteRereads == 0 || st.IndexRebuildRows != 10000 {
+		t.Fatalf("rebuild: %d delete files read again, %d rows indexed; want some and 10000", st.IndexRebuildDeleteRereads, st.IndexRebuildRows)
+	}
+	for k := range 20000 {
+		apply(w, deltawriter.Change{Op: deltawriter.Insert, Row: []any{int64(k), "b", int64(9)}})
+	}
+	e.commitWindow(w, 6)
+	m.check(t, e.tbl)
+	if st := w.Stats(); st.OldRowsDeleted != 10000 {
+		t.Fatalf("%d old rows deleted, want the 10000 live ones", st.OldRowsDeleted)
+	}
+}

@@ -28,6 +28,7 @@ import (
 //	spec_id, key_field_ids the partitioning and key it was built with
 //	runs                   run files, oldest first
 //	files, lanes           the file table: file id -> data file path, partition
+//	                       ("" for a file a compaction removed: ids are positions)
 //
 // New reads it and removes it at once (a crash afterwards leaves no
 // manifest, so the next start rebuilds); SaveKeyIndex writes it again
@@ -146,7 +147,9 @@ func (w *Writer) loadTableIndex(ctx context.Context, tbl *table.Table, dir strin
 	w.failpoint("keyindex-load")
 	t := &tableIndex{ix: ix, files: m.Files, lanes: m.Lanes, ids: make(map[string]uint32, len(m.Files)), base: -1}
 	for i, p := range m.Files {
-		t.ids[p] = uint32(i)
+		if p != "" { // a file a compaction removed
+			t.ids[p] = uint32(i)
+		}
 	}
 	if s := meta.CurrentSnapshot(); s != nil {
 		t.base = s.SnapshotID

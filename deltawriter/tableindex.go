@@ -148,6 +148,7 @@ type rebuilder struct {
 	fs      iceio.IO
 	posDels map[string]map[string][]int64  // delete file -> data file -> positions
 	eqDels  map[string]map[string]struct{} // delete file -> canonical keys
+	cached  int64                          // the bytes posDels and eqDels hold (about)
 	rows    int64
 	// follow: the rows are a compaction's, moved from files the index
 	// points at (not duplicates); moved collects the new rows of keys
@@ -263,17 +264,47 @@ func (r *rebuilder) readPosDeletes(ctx context.Context, path string) (map[string
 		return m, nil
 	}
 	m := map[string][]int64{}
+	var size int64
 	err := readParquet(ctx, r.fs, path, nil, func(cols []any) error {
 		p, _ := cols[0].(string)
 		pos, _ := cols[1].(int64)
+		if _, ok := m[p]; !ok {
+			size += int64(len(p)) + 64 // the path, its slice and map entry
+		}
 		m[p] = append(m[p], pos)
+		size += 8
 		return nil
 	}, "file_path", "pos")
 	if err != nil {
 		return nil, err
 	}
-	r.posDels[path] = m
+	if r.keep(size) {
+		r.posDels[path] = m
+	}
 	return m, nil
+}
+
+// keep reports whether a delete file read of size bytes may stay cached
+// for the data files after this one. The cache holds at most the delete
+// buffer's share of the budget (Options.MemoryLimit / 8; unbounded
+// without a limit): past it, what is cached is dropped, and a file larger
+// than the share alone is read again for each data file it applies to.
+func (r *rebuilder) keep(size int64) bool {
+	limit := r.w.opts.MemoryLimit / 8
+	if limit <= 0 {
+		return true
+	}
+	if size > limit {
+		r.w.stats.IndexRebuildDeleteRereads++
+		return false
+	}
+	if r.cached+size > limit {
+		clear(r.posDels)
+		clear(r.eqDels)
+		r.cached = 0
+	}
+	r.cached += size
+	return true
 }
 
 func (r *rebuilder) readEqDeletes(ctx context.Context, path string) (map[string]struct{}, error) {
@@ -282,18 +313,22 @@ func (r *rebuilder) readEqDeletes(ctx context.Context, path string) (map[string]
 	}
 	s := map[string]struct{}{}
 	w := r.w
+	var size int64
 	err := readKeyRows(ctx, r.fs, path, w.schema, w.keys, func(row []any) error {
 		k, err := w.keys.Append(nil, row)
 		if err != nil {
 			return err
 		}
 		s[string(k)] = struct{}{}
+		size += int64(len(k)) + 48 // the key and its map entry
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	r.eqDels[path] = s
+	if r.keep(size) {
+		r.eqDels[path] = s
+	}
 	return s, nil
 }
 
@@ -426,6 +461,11 @@ func (w *Writer) resolveOld() error {
 	}
 	w.stats.OldRowsDeleted += int64(len(dels))
 	t := w.tidx
+	for _, d := range dels {
+		if t.files[d.file] == "" {
+			return fmt.Errorf("deltawriter: the key index points at row %d of data file %d, which a compaction removed", d.pos, d.file)
+		}
+	}
 	slices.SortFunc(dels, func(a, b oldDel) int {
 		if c := strings.Compare(t.lanes[a.file], t.lanes[b.file]); c != 0 {
 			return c
@@ -672,6 +712,13 @@ func (w *Writer) followRewrite(ctx context.Context, fsys iceio.IO, s *table.Snap
 		} else {
 			delete(w.tidx.dups, k)
 		}
+	}
+	// The removed files' entries of the file table are emptied (their ids
+	// stay taken: ids are positions in it), so that the table and the
+	// saved KEYINDEX do not grow with every file ever compacted away.
+	for id := range removed {
+		delete(w.tidx.ids, w.tidx.files[id])
+		w.tidx.files[id], w.tidx.lanes[id] = "", ""
 	}
 	w.stats.IndexFollowedRows += r.rows
 	return nil

@@ -209,6 +209,9 @@ type Stats struct {
 	// IndexFollowedRows counts the rows Follow read from the files of
 	// this sink's compactions.
 	IndexFollowedRows int64
+	// IndexRebuildDeleteRereads counts the delete files a rebuild read
+	// again for each data file, being too large to keep within the budget.
+	IndexRebuildDeleteRereads int
 	// IndexForeignRebuilds counts the key index rebuilds Follow did after
 	// other writers changed the table's rows (their rows are counted in
 	// IndexRebuildRows).
