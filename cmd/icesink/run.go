@@ -18,9 +18,11 @@ import (
 
 	"github.com/apache/iceberg-go"
 	"github.com/dustin/go-humanize"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/term"
 
 	"github.com/icesink/icesink/changelog"
+	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/coordinator"
 	"github.com/icesink/icesink/coordinator/coordgrpc"
 	"github.com/icesink/icesink/deltawriter"
@@ -179,13 +181,13 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 
 	var in io.Reader = stdin
+	var inFile *os.File // a file input: reopened for a restart
 	if *input != "-" && *input != "" {
-		f, err := os.Open(*input)
-		if err != nil {
+		if inFile, err = os.Open(*input); err != nil {
 			return fmt.Errorf("opening the input: %w", err)
 		}
-		defer f.Close()
-		in = f
+		defer func() { inFile.Close() }()
+		in = inFile
 	}
 
 	wh, err := warehouse.Open(ctx, tf.warehouse, tf.options())
@@ -218,7 +220,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		if ksrc, err = kf.open(ctx, dec, ctx.Done()); err != nil {
 			return err
 		}
-		defer ksrc.Close()
+		defer func() { ksrc.Close() }()
 		src, runCtx = ksrc, context.WithoutCancel(ctx)
 	}
 	cfg := sink.Config{
@@ -314,6 +316,28 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		res, err = kf.runGroup(ctx, cfg, tbl.Schema(), fmtv, dbz, given["vnode-count"], given["checkpoint-rows"], logger)
 	} else {
 		res, err = sink.Run(runCtx, cfg, src)
+		// Another writer's commit that landed while this sink was
+		// committing (between its writers' reload of the table and the
+		// commit) refuses the epoch: the run starts again from what the
+		// table holds, as a rerun would, while it makes progress. A
+		// commit lost to such a race three times in a row stops it.
+		for lost := 0; errors.Is(err, commit.ErrForeignChange) && ctx.Err() == nil && (inFile != nil || ksrc != nil); {
+			if res.Commits == 0 {
+				lost++
+			} else {
+				lost = 0
+			}
+			if lost > 3 {
+				break
+			}
+			logger.Warn("another writer committed to the table while the sink was committing; starting again from the table", "err", err)
+			if src, err = reopenInput(ctx, &inFile, &ksrc, &kf, cfg.Registerer, fmtv, tbl.Schema(), dbz); err != nil {
+				break
+			}
+			prev := res
+			res, err = sink.Run(runCtx, cfg, src)
+			res.Start, res.Commits = prev.Start, res.Commits+prev.Commits
+		}
 	}
 	peak := mon.stop()
 	if cfg.Progress != nil {
@@ -517,4 +541,41 @@ func printStats(w io.Writer, res sink.Result, p peaks, limit int64) {
 	fmt.Fprintf(&b, "key index: lookups / old rows deleted %d / %d\n", s.IndexLookups, s.OldRowsDeleted)
 	fmt.Fprintf(&b, "key index: keys / spills  %d / %d\n", s.TableIndex.Keys, s.TableIndex.Spills)
 	io.WriteString(w, b.String())
+}
+
+// reopenInput opens the run's input again for a restart: the file from its
+// start (the sink skips the lines the table holds) or a new Kafka source
+// (it seeks to the table's offsets), closing the old one.
+func reopenInput(ctx context.Context, file **os.File, ksrc **kafka.Source, kf *kafkaFlags, reg prometheus.Registerer,
+	format changelog.Format, schema *iceberg.Schema, dbz changelog.DebeziumOptions) (sink.Source, error) {
+	if *ksrc != nil {
+		dec, err := changelog.NewDecoder(strings.NewReader(""), format, schema, changelog.WithDebezium(dbz))
+		if err != nil {
+			return nil, err
+		}
+		if reg != nil {
+			reg.Unregister((*ksrc).Collector())
+		}
+		(*ksrc).Close()
+		if *ksrc, err = kf.open(ctx, dec, ctx.Done()); err != nil {
+			return nil, err
+		}
+		if reg != nil {
+			if err := reg.Register((*ksrc).Collector()); err != nil {
+				return nil, fmt.Errorf("registering the Kafka source's metrics: %w", err)
+			}
+		}
+		return *ksrc, nil
+	}
+	f, err := os.Open((*file).Name())
+	if err != nil {
+		return nil, fmt.Errorf("opening the input again: %w", err)
+	}
+	(*file).Close()
+	*file = f
+	dec, err := changelog.NewDecoder(f, format, schema, changelog.WithDebezium(dbz))
+	if err != nil {
+		return nil, err
+	}
+	return dec, nil
 }

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"os/exec"
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -237,4 +240,105 @@ func TestSharedTableAgainstModel(t *testing.T) {
 	if rows != taggedRows {
 		t.Fatalf("the tag reads %d rows, it held %d", rows, taggedRows)
 	}
+}
+
+// appendForeignRows appends rows of new keys (id, "foreign", -id) with
+// iceberg-go's write path, retrying when the sink's commits move the
+// table, as another application would.
+func appendForeignRows(t *testing.T, wh *warehouse.Warehouse, ids []int64) error {
+	ctx := context.Background()
+	sc, err := table.SchemaToArrowSchema(cliSchema, nil, true, false)
+	if err != nil {
+		return err
+	}
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	for _, id := range ids {
+		b.Field(0).(*array.Int64Builder).Append(id)
+		b.Field(1).(*array.StringBuilder).Append("foreign")
+		b.Field(2).(*array.Int64Builder).Append(-id)
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	at := array.NewTableFromRecords(sc, []arrow.RecordBatch{rec})
+	defer at.Release()
+	for attempt := 0; ; attempt++ {
+		tbl, err := wh.Catalog.LoadTable(ctx, table.Identifier{"db", "t"})
+		if err == nil {
+			if _, err = tbl.AppendTable(ctx, at, 1024, nil); err == nil {
+				return nil
+			}
+		}
+		if attempt == 50 {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestForeignWriterDuringRun: another application appends rows while the
+// sink runs; every append is followed (the writers rebuild their key
+// indexes before the next commit) or, when it lands while the sink is
+// committing, the refused epoch is started again from the table by the
+// command itself. The run exits 0 and the table holds the input's final
+// state and every foreign row. Before, the first foreign commit stopped
+// the run.
+func TestForeignWriterDuringRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the command for seconds")
+	}
+	rng := rand.New(rand.NewPCG(43, 43))
+	in, lines := stream(t, rng, 20000, 2000)
+	schema := writeSchema(t)
+	whDir := t.TempDir()
+	args := []string{"run", "--warehouse", whDir, "--table", "db.t", "--schema", schema, "--input", in, "--checkpoint-rows", "400",
+		"--commit-interval", "8", "--writers", "2", "--memory-limit", "4MiB", "--stats"}
+	// The table exists before the foreign writer starts.
+	if _, stderr, code := icesink(t, append(slices.Clone(args[:len(args)-1]), "--quiet", "--input", writeLines(t, lines[:1]))...); code != 0 {
+		t.Fatalf("creating the table: %s", stderr)
+	}
+	wh := openWarehouse(t, whDir)
+	stop := make(chan struct{})
+	appended := make(chan []int64, 1)
+	go func() {
+		var ids []int64
+		defer func() { appended <- ids }()
+		for id := int64(1_000_000); ; id++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+			if err := appendForeignRows(t, wh, []int64{id}); err != nil {
+				t.Errorf("foreign append: %v", err)
+				return
+			}
+			ids = append(ids, id)
+		}
+	}()
+	// A run that hangs dumps its goroutines (SIGQUIT) into the failure.
+	rctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(rctx, binary, args...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	close(stop)
+	ids := <-appended
+	if err != nil {
+		t.Fatalf("the run failed: %v\n%s", err, out.String())
+	}
+	model := map[int64][]any{}
+	cliModel(t, model, lines)
+	for _, id := range ids {
+		model[id] = []any{id, "foreign", -id}
+	}
+	if got := cliTable(t, wh); !reflect.DeepEqual(got, model) {
+		t.Fatalf("the table has %d live rows, the model %d (or they differ)\n%s", len(got), len(model), out.String())
+	}
+	if len(ids) < 3 {
+		t.Fatalf("only %d foreign appends landed during the run", len(ids))
+	}
+	t.Logf("%d foreign appends during the run; %d restarts", len(ids), strings.Count(out.String(), "starting again from the table"))
 }
