@@ -138,8 +138,8 @@ func (m *Membership) commit(ctx context.Context, offs kadm.Offsets) error {
 func (m *Membership) Close() { m.cl.Close() }
 
 // PartitionCount returns the number of partitions of topic.
-func PartitionCount(ctx context.Context, brokers []string, topic string) (int, error) {
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ClientID("icesink"))
+func PartitionCount(ctx context.Context, brokers []string, topic string, opts ...kgo.Opt) (int, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ClientID("icesink")}, opts...)...)
 	if err != nil {
 		return 0, fmt.Errorf("kafka: connecting to %s: %w", strings.Join(brokers, ","), err)
 	}

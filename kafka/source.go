@@ -81,7 +81,9 @@ type Config struct {
 	// handed out, and skipped. Delivery is at least once: a window that
 	// is read again after a crash produces its bad records again.
 	DeadLetterTopic string
-	// Options are further franz-go client options (TLS, SASL, ...).
+	// Security is how to reach a secured cluster (TLS, SASL).
+	Security Security
+	// Options are further franz-go client options.
 	Options []kgo.Opt
 }
 
@@ -124,6 +126,10 @@ func Open(ctx context.Context, cfg Config, dec Decoder) (*Source, error) {
 	if len(cfg.Brokers) == 0 || cfg.Topic == "" {
 		return nil, errors.New("kafka: brokers and a topic are required")
 	}
+	sec, err := cfg.Security.Options()
+	if err != nil {
+		return nil, err
+	}
 	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID("icesink"),
@@ -133,7 +139,7 @@ func Open(ctx context.Context, cfg Config, dec Decoder) (*Source, error) {
 		// A transaction's commit marker takes an offset: Next steps over
 		// it, so the offsets (and StopAtEnd's end) count it as read.
 		kgo.KeepControlRecords(),
-	}, cfg.Options...)
+	}, append(sec, cfg.Options...)...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: connecting to %s: %w", strings.Join(cfg.Brokers, ","), err)
@@ -159,7 +165,7 @@ func (s *Source) prop(p int32) string {
 func (s *Source) Seek(ctx context.Context, props map[string]string, position int64) error {
 	ends, err := s.adm.ListEndOffsets(ctx, s.cfg.Topic)
 	if err != nil {
-		return fmt.Errorf("kafka: listing the partitions of topic %q: %w", s.cfg.Topic, err)
+		return fmt.Errorf("kafka: listing the partitions of topic %q: %w%s", s.cfg.Topic, err, s.cfg.Security.hint(err))
 	}
 	if err := ends.Error(); err != nil {
 		return fmt.Errorf("kafka: listing the partitions of topic %q: %w", s.cfg.Topic, err)

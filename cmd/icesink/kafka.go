@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"maps"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/apache/iceberg-go"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -32,6 +34,9 @@ type kafkaFlags struct {
 	interval, session, coordWait time.Duration
 	stopAtEnd                    bool
 	coordinator                  string // set by check
+	rebalance                    time.Duration
+	sec                          kafka.Security
+	passwordFile                 string
 }
 
 func (f *kafkaFlags) register(fs *flag.FlagSet) {
@@ -43,6 +48,15 @@ func (f *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.interval, "checkpoint-interval", 10*time.Second, "with --kafka-brokers: end a checkpoint this often, also when idle (besides --checkpoint-rows); with --coordinator the coordinator's --checkpoint-interval does")
 	fs.DurationVar(&f.session, "kafka-session-timeout", 45*time.Second, "with --group and --coordinator: how long the group waits for a silent process (killed) before its partitions go to the others")
 	fs.DurationVar(&f.coordWait, "coordinator-wait", 2*time.Minute, "with --group and --coordinator: how long to wait out an unreachable or failing coordinator (a restart) before giving up")
+	fs.DurationVar(&f.rebalance, "kafka-rebalance-timeout", 0, "with --group and --coordinator: how long the group waits for its members to rejoin a rebalance (a member killed while the group forms); default: --kafka-session-timeout")
+	fs.BoolVar(&f.sec.TLS, "kafka-tls", false, "with --kafka-brokers: connect with TLS (the system's CAs unless --kafka-tls-ca)")
+	fs.StringVar(&f.sec.CAFile, "kafka-tls-ca", "", "with --kafka-brokers: a PEM `FILE` of the CAs that sign the brokers' certificates (implies --kafka-tls)")
+	fs.StringVar(&f.sec.CertFile, "kafka-tls-cert", "", "with --kafka-brokers: the client certificate `FILE` (PEM) for brokers that require one, with --kafka-tls-key")
+	fs.StringVar(&f.sec.KeyFile, "kafka-tls-key", "", "with --kafka-brokers: the client certificate's key `FILE` (PEM)")
+	fs.StringVar(&f.sec.ServerName, "kafka-tls-server-name", "", "with --kafka-brokers: the `NAME` the brokers' certificates must carry, when not the address dialed")
+	fs.StringVar(&f.sec.SASLMechanism, "kafka-sasl-mechanism", "", "with --kafka-brokers: SASL `MECHANISM`: plain, scram-sha-256 or scram-sha-512 (user from --kafka-sasl-user, password from --kafka-sasl-password-file or $ICESINK_KAFKA_SASL_PASSWORD)")
+	fs.StringVar(&f.sec.User, "kafka-sasl-user", "", "with --kafka-sasl-mechanism: the SASL `USER`")
+	fs.StringVar(&f.passwordFile, "kafka-sasl-password-file", "", "with --kafka-sasl-mechanism: a `FILE` holding the SASL password (its first line); default: $ICESINK_KAFKA_SASL_PASSWORD. There is no flag for the password itself: it would show in ps")
 	fs.BoolVar(&f.stopAtEnd, "stop-at-end", false, "with --kafka-brokers: stop once the partitions are read up to their end offsets at start (a backfill); default: run until SIGINT or SIGTERM, which commit what was read")
 }
 
@@ -71,8 +85,29 @@ func (f *kafkaFlags) check(input, coordinator string) error {
 	case f.interval < 0:
 		return fmt.Errorf("%w: --checkpoint-interval must not be negative", errUsage)
 	}
+	if f.sec.SASLMechanism != "" {
+		f.sec.Password = os.Getenv(saslPasswordEnv)
+		if f.passwordFile != "" {
+			b, err := os.ReadFile(f.passwordFile)
+			if err != nil {
+				return fmt.Errorf("%w: --kafka-sasl-password-file: %v", errUsage, err)
+			}
+			f.sec.Password, _, _ = strings.Cut(string(b), "\n")
+			f.sec.Password = strings.TrimSuffix(f.sec.Password, "\r")
+		}
+		if f.sec.Password == "" {
+			return fmt.Errorf("%w: --kafka-sasl-mechanism needs a password: --kafka-sasl-password-file FILE or $%s", errUsage, saslPasswordEnv)
+		}
+	}
+	if _, err := f.sec.Options(); err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
 	return nil
 }
+
+// saslPasswordEnv is the environment variable the SASL password is read
+// from without --kafka-sasl-password-file.
+const saslPasswordEnv = "ICESINK_KAFKA_SASL_PASSWORD"
 
 // open connects to the brokers; stop ends the input.
 func (f *kafkaFlags) open(ctx context.Context, dec *changelog.Decoder, stop <-chan struct{}) (*kafka.Source, error) {
@@ -88,6 +123,7 @@ func (f *kafkaFlags) open(ctx context.Context, dec *changelog.Decoder, stop <-ch
 	if f.start == "latest" {
 		cfg.Start = kafka.Latest
 	}
+	cfg.Security = f.sec
 	if f.grouped() {
 		// The coordinator's barriers end the checkpoints of every process
 		// at once (icesink coordinator --checkpoint-interval).
@@ -131,7 +167,11 @@ var errRebalance = errors.New("the consumer group moved partitions")
 func (f *kafkaFlags) runGroup(ctx context.Context, cfg sink.Config, schema *iceberg.Schema, format changelog.Format,
 	dbz changelog.DebeziumOptions, vnodesGiven, rowsGiven bool, log *slog.Logger) (sink.Result, error) {
 	brokers := strings.Split(f.brokers, ",")
-	n, err := kafka.PartitionCount(ctx, brokers, f.topic)
+	secOpts, err := f.sec.Options()
+	if err != nil {
+		return sink.Result{}, err
+	}
+	n, err := kafka.PartitionCount(ctx, brokers, f.topic, secOpts...)
 	if err != nil {
 		return sink.Result{}, err
 	}
@@ -143,7 +183,11 @@ func (f *kafkaFlags) runGroup(ctx context.Context, cfg sink.Config, schema *iceb
 		// than the others and wait for them: the coordinator's barriers end them.
 		cfg.CheckpointRows = math.MaxInt64
 	}
-	m, err := kafka.JoinGroup(ctx, brokers, f.group, f.topic, f.session)
+	rebalance := f.rebalance
+	if rebalance <= 0 {
+		rebalance = f.session
+	}
+	m, err := kafka.JoinGroup(ctx, brokers, f.group, f.topic, f.session, append(secOpts, kgo.RebalanceTimeout(rebalance))...)
 	if err != nil {
 		return sink.Result{}, err
 	}
