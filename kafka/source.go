@@ -81,6 +81,12 @@ type Config struct {
 	// handed out, and skipped. Delivery is at least once: a window that
 	// is read again after a crash produces its bad records again.
 	DeadLetterTopic string
+	// Check, when set, is applied to every decoded record: an error is
+	// handled as a record that failed to decode (the dead-letter topic, or
+	// the run stops naming the record). The sink's writers refuse some
+	// changes the decoder passes (deltawriter.Validator checks them the
+	// same way), and only the source still knows the record.
+	Check func(changelog.Record) error
 	// Security is how to reach a secured cluster (TLS, SASL).
 	Security Security
 	// Options are further franz-go client options.
@@ -392,6 +398,9 @@ func (s *Source) Next() (changelog.Record, error) {
 				continue // a tombstone: compaction's marker, no change
 			}
 			rec, skip, err := s.dec.DecodeKeyedMessage(r.Key, r.Value)
+			if err == nil && !skip && s.cfg.Check != nil {
+				err = s.cfg.Check(rec)
+			}
 			if err != nil {
 				err = fmt.Errorf("kafka: topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
 				if s.cfg.DeadLetterTopic == "" {

@@ -546,3 +546,50 @@ func TestStopAtEndTransactional(t *testing.T) {
 		t.Fatalf("offsets %v, want %v", got, want)
 	}
 }
+
+// TestSourceCheckRefusalIsDeadLettered: a record that decodes but that
+// Config.Check refuses (a change the writers would refuse) goes to the
+// dead-letter topic like an undecodable one, or stops the source naming
+// its offset. Before, the writer refused it and every restart stopped at
+// the same offset.
+func TestSourceCheckRefusalIsDeadLettered(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "t", "dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("t"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	produce(t, cl, []int64{0, 3, 6}, [][]byte{line(0), line(3), line(6)})
+	check := func(rec changelog.Record) error {
+		for _, ch := range rec.Changes {
+			if ch.Row[0].(int64) == 3 {
+				return errors.New("refused by the writer's check")
+			}
+		}
+		return nil
+	}
+	s := open(t, c, kafka.Config{StopAtEnd: true, Check: check})
+	if err := s.Seek(context.Background(), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Next(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Next(); err == nil || !strings.Contains(err.Error(), "topic t partition 0 offset 1: refused by the writer's check") {
+		t.Fatalf("a refused record without a dead-letter topic: %v, want an error naming it", err)
+	}
+	s = open(t, c, kafka.Config{StopAtEnd: true, DeadLetterTopic: "dlq", Check: check})
+	if err := s.Seek(context.Background(), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := readAll(t, s); !slices.Equal(ids, []int64{0, 6}) {
+		t.Fatalf("ids %v, want [0 6]", ids)
+	}
+	if got := s.DeadLetters(); !maps.Equal(got, map[int32]int64{0: 1}) {
+		t.Fatalf("DeadLetters %v, want partition 0: 1", got)
+	}
+}

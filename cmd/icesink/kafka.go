@@ -23,6 +23,7 @@ import (
 	"github.com/icesink/icesink/changelog"
 	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/coordinator"
+	"github.com/icesink/icesink/deltawriter"
 	"github.com/icesink/icesink/kafka"
 	"github.com/icesink/icesink/sink"
 )
@@ -37,6 +38,10 @@ type kafkaFlags struct {
 	rebalance                    time.Duration
 	sec                          kafka.Security
 	passwordFile                 string
+	// schema and spec are the table's (set once it is loaded): records
+	// whose changes the writers would refuse are the source's bad records.
+	schema *iceberg.Schema
+	spec   iceberg.PartitionSpec
 }
 
 func (f *kafkaFlags) register(fs *flag.FlagSet) {
@@ -124,6 +129,20 @@ func (f *kafkaFlags) open(ctx context.Context, dec *changelog.Decoder, stop <-ch
 		cfg.Start = kafka.Latest
 	}
 	cfg.Security = f.sec
+	if f.schema != nil {
+		v, err := deltawriter.NewValidator(f.schema, f.spec)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Check = func(rec changelog.Record) error {
+			for _, ch := range rec.Changes {
+				if err := v.Check(ch); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
 	if f.grouped() {
 		// The coordinator's barriers end the checkpoints of every process
 		// at once (icesink coordinator --checkpoint-interval).

@@ -207,6 +207,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := deltawriter.CheckProperties(tbl.Properties()); err != nil {
 		return fmt.Errorf("table %s: %w", tf.table, err)
 	}
+	kf.schema, kf.spec = tbl.Schema(), tbl.Spec()
 	dec, err := changelog.NewDecoder(in, fmtv, tbl.Schema(), changelog.WithDebezium(dbz))
 	if err != nil {
 		return fmt.Errorf("table %s: %w", tf.table, err)
