@@ -288,7 +288,7 @@ func TestForeignWriterDuringRun(t *testing.T) {
 		t.Skip("runs the command for seconds")
 	}
 	rng := rand.New(rand.NewPCG(43, 43))
-	in, lines := stream(t, rng, 20000, 2000)
+	in, lines := stream(t, rng, 30000, 2000)
 	schema := writeSchema(t)
 	whDir := t.TempDir()
 	args := []string{"run", "--warehouse", whDir, "--table", "db.t", "--schema", schema, "--input", in, "--checkpoint-rows", "400",
@@ -301,19 +301,32 @@ func TestForeignWriterDuringRun(t *testing.T) {
 	stop := make(chan struct{})
 	appended := make(chan []int64, 1)
 	go func() {
+		// One foreign append after each commit of the sink seen: between
+		// two commits, or racing the next one.
 		var ids []int64
 		defer func() { appended <- ids }()
-		for id := int64(1_000_000); ; id++ {
+		var seen int64
+		for id := int64(1_000_000); ; {
 			select {
 			case <-stop:
 				return
-			case <-time.After(300 * time.Millisecond):
+			case <-time.After(20 * time.Millisecond):
 			}
+			tbl, err := wh.Catalog.LoadTable(context.Background(), table.Identifier{"db", "t"})
+			if err != nil {
+				continue
+			}
+			cur := tbl.CurrentSnapshot()
+			if cur == nil || cur.SnapshotID == seen || cur.Summary == nil || cur.Summary.Properties[commit.PropEpoch] == "" {
+				continue
+			}
+			seen = cur.SnapshotID
 			if err := appendForeignRows(t, wh, []int64{id}); err != nil {
 				t.Errorf("foreign append: %v", err)
 				return
 			}
 			ids = append(ids, id)
+			id++
 		}
 	}()
 	// A run that hangs dumps its goroutines (SIGQUIT) into the failure.
@@ -337,8 +350,8 @@ func TestForeignWriterDuringRun(t *testing.T) {
 	if got := cliTable(t, wh); !reflect.DeepEqual(got, model) {
 		t.Fatalf("the table has %d live rows, the model %d (or they differ)\n%s", len(got), len(model), out.String())
 	}
-	if len(ids) < 3 {
-		t.Fatalf("only %d foreign appends landed during the run", len(ids))
+	if len(ids) == 0 {
+		t.Fatal("no foreign append landed during the run")
 	}
 	t.Logf("%d foreign appends during the run; %d restarts", len(ids), strings.Count(out.String(), "starting again from the table"))
 }
