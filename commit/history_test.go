@@ -37,6 +37,21 @@ func foreignAppend(t *testing.T, wh *warehouse.Warehouse, name string) int64 {
 	return out.CurrentSnapshot().SnapshotID
 }
 
+// retryProps make iceberg-go retry a conflicting commit itself.
+var retryProps = iceberg.Properties{"commit.retry.num-retries": "4", "commit.retry.min-wait-ms": "1"}
+
+// setProperties sets table properties as another application would.
+func setProperties(t *testing.T, tbl *table.Table, props iceberg.Properties) {
+	t.Helper()
+	tx := tbl.NewTransaction()
+	if err := tx.SetProperties(props); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // keyIndexed marks p as resolved by writer w's key index built at base.
 func keyIndexed(p commit.Payload, w int, base int64) commit.Payload {
 	p.Writer, p.KeyIndexed, p.BaseSnapshot = w, true, base
@@ -83,13 +98,7 @@ func (l *conflictLoader) LoadTable(ctx context.Context, ident table.Identifier) 
 func TestCatalogRetryDoesNotReplayPastForeignChange(t *testing.T) {
 	ctx := context.Background()
 	wh, tbl := newTable(t)
-	tx := tbl.NewTransaction()
-	if err := tx.SetProperties(iceberg.Properties{"commit.retry.num-retries": "4", "commit.retry.min-wait-ms": "1"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	setProperties(t, tbl, retryProps)
 	cm, err := commit.NewCommitter(ctx, &conflictLoader{wh: wh}, testIdent, "s")
 	if err != nil {
 		t.Fatal(err)
@@ -284,13 +293,7 @@ func TestEmptyEpochKeepsOffsets(t *testing.T) {
 func TestClaimFencesOlderRun(t *testing.T) {
 	ctx := context.Background()
 	wh, tbl := newTable(t)
-	tx := tbl.NewTransaction()
-	if err := tx.SetProperties(iceberg.Properties{"commit.retry.num-retries": "4", "commit.retry.min-wait-ms": "1"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	setProperties(t, tbl, retryProps)
 	a, err := commit.NewCommitter(ctx, &conflictLoader{wh: wh}, testIdent, "s")
 	if err != nil {
 		t.Fatal(err)

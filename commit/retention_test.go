@@ -26,13 +26,7 @@ func TestTidyHonoursTableRetention(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			wh, tbl := newTable(t)
-			tx := tbl.NewTransaction()
-			if err := tx.SetProperties(tc.props); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := tx.Commit(ctx); err != nil {
-				t.Fatal(err)
-			}
+			setProperties(t, tbl, tc.props)
 			cm, err := commit.NewCommitter(ctx, wh.Catalog, testIdent, "s")
 			if err != nil {
 				t.Fatal(err)
