@@ -1,0 +1,279 @@
+package sink
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/coordinator"
+	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/internal/localdir"
+)
+
+// writer is one deltawriter and its coordinator session.
+type writer struct {
+	dw       *deltawriter.Writer
+	sess     coordinator.Session
+	in       chan batch
+	inCommit bool // the last error came from Commit: its files may be recorded
+	// follow returns the table as it is before epoch's window is resolved
+	// (loaded once per epoch for all writers): the writer's key index
+	// follows it.
+	follow func(ctx context.Context, epoch uint64) (*table.Table, error)
+	// current returns the table as the sink last committed it (to save
+	// the key index with).
+	current func(context.Context) (*table.Table, error)
+	// pub and pubBuffered are the writer's counters as it last published
+	// them (after each batch), for the metrics.
+	pub          atomic.Pointer[deltawriter.Stats]
+	pubBuffered  atomic.Int64
+	metrics      *runMetrics // metrics are on: publish after each batch
+	countCommits bool        // record the commits in metrics (remote coordinator)
+	// onCommit, when set, is told (in its own goroutine) of every epoch
+	// this writer committed with its input's offsets.
+	onCommit func(Position)
+	done     bool // the final epoch is committed
+	// stats are the writer's counters as the run left them, taken by
+	// close before the deltawriter is closed: closing drops its index and
+	// with it the spill counters (Stats after Close reads no spills).
+	stats deltawriter.Stats
+}
+
+func (w *writer) run(ctx context.Context) error {
+	for b := range w.in {
+		for i, ch := range b.changes {
+			if err := w.dw.Write(ctx, ch); err != nil {
+				if errors.Is(err, deltawriter.ErrBadChange) {
+					return fmt.Errorf("line %d: %w", b.lines[i], err)
+				}
+				return err
+			}
+		}
+		if w.metrics != nil {
+			w.publish()
+		}
+		if !b.barrier {
+			continue
+		}
+		commitNow, err := w.sess.Checkpoint(ctx, b.epoch, w.dw.BufferedBytes(), b.final)
+		if err != nil {
+			return fmt.Errorf("checkpoint of epoch %d: %w", b.epoch, err)
+		}
+		if commitNow {
+			if w.follow != nil {
+				// The window's positions are resolved on the table as it
+				// is now (the last compaction round waited for).
+				tbl, err := w.follow(ctx, b.epoch)
+				if err != nil {
+					return err
+				}
+				if err := w.dw.Follow(ctx, tbl); err != nil {
+					return err
+				}
+			}
+			p, err := w.dw.PrepareCommit(ctx)
+			if err != nil {
+				return err
+			}
+			p.InputPosition, p.InputID, p.InputOffsets = b.line, b.inputID, b.offsets
+			data, err := p.Marshal()
+			if err != nil {
+				return err
+			}
+			w.inCommit = true
+			if err := w.sess.Commit(ctx, b.epoch, data); err != nil {
+				if errors.Is(err, coordinator.ErrAborted) {
+					w.inCommit = false
+					_ = w.dw.Discard(ctx, p)
+				}
+				return fmt.Errorf("commit of epoch %d: %w", b.epoch, err)
+			}
+			w.inCommit = false
+			if w.metrics != nil {
+				w.metrics.epochDone(b.epoch)
+				if w.countCommits {
+					w.metrics.remoteCommitted(b.line)
+				}
+			}
+			if err := w.dw.Committed(ctx); err != nil {
+				return err
+			}
+			if w.onCommit != nil && len(b.offsets) > 0 {
+				go w.onCommit(Position{Epoch: b.epoch, Line: b.line, InputID: b.inputID, Offsets: b.offsets})
+			}
+		}
+		if b.final {
+			w.done = true
+		}
+	}
+	return nil
+}
+
+// publish makes the writer's counters visible to the metrics.
+func (w *writer) publish() {
+	st := w.dw.Stats()
+	w.pub.Store(&st)
+	w.pubBuffered.Store(w.dw.BufferedBytes())
+}
+
+// close records the writer's counters, ends its session and drops its
+// uncommitted window.
+func (w *writer) close(ctx context.Context, failed bool) error {
+	// The key index is saved while the session still holds the writer's
+	// vnodes: no commit can have touched them since its last Committed.
+	// A stop by signal saves it too (a quick restart is what it is for).
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	var kerr error
+	if w.follow != nil && !failed {
+		// The last round: saved with the index.
+		if tbl, err := w.follow(sctx, ^uint64(0)); err != nil {
+			kerr = err
+		} else {
+			kerr = w.dw.Follow(sctx, tbl)
+		}
+	}
+	if tbl, err := w.current(sctx); err != nil {
+		kerr = errors.Join(kerr, err)
+	} else {
+		_, serr := w.dw.SaveKeyIndex(sctx, tbl)
+		kerr = errors.Join(kerr, serr)
+	}
+	cancel()
+	w.stats = w.dw.Stats()
+	serr := w.sess.Close()
+	if w.done && !failed {
+		serr = nil
+	}
+	return errors.Join(serr, kerr, w.dw.Close(ctx))
+}
+
+// keyIndexDir returns the folder of the key index of the writer of
+// vnodes: a digest of the sink, the table and the vnode set names it.
+func keyIndexDir(cfg Config, tbl *table.Table, vnodes *roaring.Bitmap) string {
+	base := keyIndexBase(cfg)
+	if base == "" {
+		return ""
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00", cfg.SinkID, tbl.Metadata().TableUUID(), cfg.Vnodes)
+	vnodes.WriteTo(h)
+	return filepath.Join(base, fmt.Sprintf("w-%x", h.Sum(nil)[:12]))
+}
+
+// keyIndexBase returns the folder of the writers' key index folders ("":
+// none).
+func keyIndexBase(cfg Config) string {
+	switch base := cfg.KeyIndexDir; base {
+	case "-":
+		return ""
+	case "":
+		if cfg.Writer.SpillDir == "" {
+			return localdir.DefaultKeyIndexBase()
+		}
+		return filepath.Join(cfg.Writer.SpillDir, "icesink-keyindex")
+	default:
+		return base
+	}
+}
+
+// writerSetup is what openWriter needs of the run.
+type writerSetup struct {
+	index       int
+	vnodes      *roaring.Bitmap
+	cm          *commit.Committer
+	ec          *epochCommitter // nil: a remote coordinator
+	connect     func(ctx context.Context, vnodes *roaring.Bitmap, opts ...coordinator.ConnectOption) (coordinator.Session, error)
+	job         map[string]string
+	view        *tableView
+	byPartition bool
+}
+
+// openWriter connects writer ws.index to the coordinator for its vnodes
+// and opens its deltawriter (with its key index, built or loaded) on the
+// table as the coordinator left it.
+func openWriter(ctx context.Context, cfg Config, ws writerSetup) (*writer, error) {
+	i, b, cm, ec := ws.index, ws.vnodes, ws.cm, ws.ec
+	sess, err := ws.connect(ctx, b, coordinator.WithVnodeCount(cfg.Vnodes), coordinator.WithJob(ws.job))
+	if err != nil {
+		return nil, fmt.Errorf("connecting writer %d (vnodes %s): %w", i, coordinator.FormatVnodes(b), err)
+	}
+	if ec != nil {
+		// Recovered epochs may have started a compaction round: the
+		// committer is its until it ends, and the index is built after.
+		ec.waitMaintenance()
+	}
+	wopts := cfg.Writer
+	wopts.Writer = i
+	if wopts.DeleteMode == deltawriter.DeleteByPosition {
+		// The key index is built from the table as the coordinator
+		// left it (recorded epochs committed at the first join), and
+		// holds only this writer's vnodes.
+		if err := cm.Refresh(ctx); err != nil {
+			sess.Close()
+			return nil, err
+		}
+		owned, vnodes := b.Clone(), uint64(cfg.Vnodes)
+		wopts.Owns = func(h uint64) bool { return owned.Contains(uint32(h % vnodes)) }
+		if ws.byPartition {
+			wopts.Owns = nil // a partition's keys are not known by hash
+		}
+		wopts.KeyIndexDir = keyIndexDir(cfg, cm.Table(), b)
+	}
+	dw, err := deltawriter.New(ctx, cm.Table(), wopts)
+	if err != nil {
+		sess.Close()
+		return nil, err
+	}
+	w := &writer{dw: dw, sess: sess, in: make(chan batch, 4), current: func(ctx context.Context) (*table.Table, error) {
+		if ec != nil {
+			return ec.table(), nil
+		}
+		if err := cm.Refresh(ctx); err != nil {
+			return nil, err
+		}
+		return cm.Table(), nil
+	}}
+	// Each window follows the table as it is before the window's
+	// positions are resolved: the sink's commits and compactions, and
+	// other writers' changes (the key index is rebuilt), so that the
+	// committer's check passes and the index's base stays inside the
+	// retained history.
+	w.follow = ws.view.at
+	return w, nil
+}
+
+// closeWriters closes the run's writers (saving their key indexes), adds
+// their counters to res, and removes the key index folders this sink can
+// never reuse; it returns err joined with what failed.
+func closeWriters(ctx context.Context, cfg Config, cm *commit.Committer, writers []*writer, res *Result, err error) error {
+	for _, w := range writers {
+		if w != nil {
+			err = errors.Join(err, w.close(ctx, err != nil))
+			res.Writers = append(res.Writers, w.stats)
+			res.Stats = res.Stats.Add(w.stats)
+		}
+	}
+	if base := keyIndexBase(cfg); base != "" && cfg.Writer.DeleteMode == deltawriter.DeleteByPosition && err == nil {
+		// The writers saved theirs: what else this sink left there
+		// (an older writer layout, a crashed run) cannot be reused.
+		if err := cm.Refresh(context.WithoutCancel(ctx)); err == nil {
+			if _, err := deltawriter.RemoveStaleKeyIndexes(base, cm.Table(), cfg.SinkID); err != nil {
+				log := cfg.Logger
+				if log == nil {
+					log = slog.Default()
+				}
+				log.Warn("removing stale key indexes", "err", err)
+			}
+		}
+	}
+	return err
+}
