@@ -316,54 +316,49 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 		res, err = kf.runGroup(ctx, cfg, tbl.Schema(), fmtv, dbz, given["vnode-count"], given["checkpoint-rows"], logger)
 	} else {
-		res, err = sink.Run(runCtx, cfg, src)
-		// Another writer's commit that landed while this sink was
-		// committing (between its writers' reload of the table and the
-		// commit) refuses the epoch: the run starts again from what the
-		// table holds, as a rerun would, while it makes progress. A
-		// commit lost to such a race three times in a row stops it.
-		for lost := 0; errors.Is(err, commit.ErrForeignChange) && ctx.Err() == nil && (inFile != nil || ksrc != nil); {
-			if res.Commits == 0 {
-				lost++
-			} else {
-				lost = 0
-			}
-			if lost > 3 {
-				break
-			}
-			logger.Warn("another writer committed to the table while the sink was committing; starting again from the table", "err", err)
-			if src, err = reopenInput(ctx, &inFile, &ksrc, &kf, cfg.Registerer, fmtv, tbl.Schema(), dbz); err != nil {
-				break
-			}
-			prev := res
-			res, err = sink.Run(runCtx, cfg, src)
-			res.Start, res.Commits = prev.Start, res.Commits+prev.Commits
-		}
+		in := &restartableInput{file: inFile, kafka: ksrc, kf: &kf, reg: cfg.Registerer, format: fmtv, schema: tbl.Schema(), dbz: dbz}
+		res, err = in.run(ctx, runCtx, cfg, src, logger)
+		inFile, ksrc = in.file, in.kafka // closed by the deferred calls
 	}
 	peak := mon.stop()
 	if cfg.Progress != nil {
 		fmt.Fprintln(stderr)
 	}
-	if res.Start.RolledBack > 0 && !*quiet {
-		fmt.Fprintf(stderr, "icesink: table %s was rolled back past epoch %d of sink %q: what it no longer holds is written again\n", strings.Join(ident, "."), res.Start.RolledBack, *sinkID)
+	return reportRun(stdout, stderr, res, err, runReport{table: strings.Join(ident, "."), sinkID: *sinkID, kafka: kf.enabled(), quiet: *quiet, stats: *stats, peak: peak, limit: limit})
+}
+
+// runReport is what reportRun says a run did.
+type runReport struct {
+	table, sinkID string
+	kafka         bool // offsets, not lines
+	quiet, stats  bool
+	peak          peaks
+	limit         int64
+}
+
+// reportRun prints where the run resumed and what it committed (and the
+// statistics with --stats), and returns err with what the table holds.
+func reportRun(stdout, stderr io.Writer, res sink.Result, err error, r runReport) error {
+	if res.Start.RolledBack > 0 && !r.quiet {
+		fmt.Fprintf(stderr, "icesink: table %s was rolled back past epoch %d of sink %q: what it no longer holds is written again\n", r.table, res.Start.RolledBack, r.sinkID)
 	}
-	if res.Start.Line > 0 && !*quiet {
-		if kf.enabled() {
-			fmt.Fprintf(stderr, "icesink: sink %q resumed at the offsets of epoch %d (%s)\n", *sinkID, res.Start.Epoch, formatOffsets(res.Start.Offsets))
+	if res.Start.Line > 0 && !r.quiet {
+		if r.kafka {
+			fmt.Fprintf(stderr, "icesink: sink %q resumed at the offsets of epoch %d (%s)\n", r.sinkID, res.Start.Epoch, formatOffsets(res.Start.Offsets))
 		} else {
-			fmt.Fprintf(stderr, "icesink: sink %q resumed after input line %d (epoch %d was committed)\n", *sinkID, res.Start.Line, res.Start.Epoch)
+			fmt.Fprintf(stderr, "icesink: sink %q resumed after input line %d (epoch %d was committed)\n", r.sinkID, res.Start.Line, res.Start.Epoch)
 		}
 	}
 	if err != nil {
 		return fmt.Errorf("%w\n(input up to line %d, epoch %d, is committed; %d commits by this run; the uncommitted window was discarded)",
 			err, res.Committed.Line, res.Committed.Epoch, res.Commits)
 	}
-	if !*quiet {
+	if !r.quiet {
 		fmt.Fprintf(stdout, "committed %d snapshots: %d changes from %d input lines in %s (%.0f changes/s)\n",
 			res.Commits, res.Changes, res.Line-res.Start.Line, res.Elapsed.Round(time.Millisecond), float64(res.Changes)/res.Elapsed.Seconds())
 	}
-	if *stats {
-		printStats(stdout, res, peak, limit)
+	if r.stats {
+		printStats(stdout, res, r.peak, r.limit)
 	}
 	return nil
 }
@@ -544,39 +539,72 @@ func printStats(w io.Writer, res sink.Result, p peaks, limit int64) {
 	io.WriteString(w, b.String())
 }
 
-// reopenInput opens the run's input again for a restart: the file from its
-// start (the sink skips the lines the table holds) or a new Kafka source
-// (it seeks to the table's offsets), closing the old one.
-func reopenInput(ctx context.Context, file **os.File, ksrc **kafka.Source, kf *kafkaFlags, reg prometheus.Registerer,
-	format changelog.Format, schema *iceberg.Schema, dbz changelog.DebeziumOptions) (sink.Source, error) {
-	if *ksrc != nil {
-		dec, err := changelog.NewDecoder(strings.NewReader(""), format, schema, changelog.WithDebezium(dbz))
+// restartableInput is a run's input that can be opened again: a file
+// (read again from its start; the sink skips the lines the table holds)
+// or a Kafka source (a new one seeks to the table's offsets).
+type restartableInput struct {
+	file   *os.File
+	kafka  *kafka.Source
+	kf     *kafkaFlags
+	reg    prometheus.Registerer
+	format changelog.Format
+	schema *iceberg.Schema
+	dbz    changelog.DebeziumOptions
+}
+
+// run runs the sink on src. Another writer's commit that landed while the
+// sink was committing (between its writers' reload of the table and the
+// commit) refuses the epoch: the run starts again from what the table
+// holds, as a rerun would, while it makes progress; a commit lost to such
+// a race three times in a row without a commit between stops it.
+func (in *restartableInput) run(ctx, runCtx context.Context, cfg sink.Config, src sink.Source, logger *slog.Logger) (sink.Result, error) {
+	res, err := sink.Run(runCtx, cfg, src)
+	for lost := 0; errors.Is(err, commit.ErrForeignChange) && ctx.Err() == nil && (in.file != nil || in.kafka != nil); {
+		if res.Commits == 0 {
+			lost++
+		} else {
+			lost = 0
+		}
+		if lost > 3 {
+			break
+		}
+		logger.Warn("another writer committed to the table while the sink was committing; starting again from the table", "err", err)
+		if src, err = in.reopen(ctx); err != nil {
+			break
+		}
+		prev := res
+		res, err = sink.Run(runCtx, cfg, src)
+		res.Start, res.Commits = prev.Start, res.Commits+prev.Commits
+	}
+	return res, err
+}
+
+// reopen opens the input again, closing the old one.
+func (in *restartableInput) reopen(ctx context.Context) (sink.Source, error) {
+	if in.kafka != nil {
+		dec, err := changelog.NewDecoder(strings.NewReader(""), in.format, in.schema, changelog.WithDebezium(in.dbz))
 		if err != nil {
 			return nil, err
 		}
-		if reg != nil {
-			reg.Unregister((*ksrc).Collector())
+		if in.reg != nil {
+			in.reg.Unregister(in.kafka.Collector())
 		}
-		(*ksrc).Close()
-		if *ksrc, err = kf.open(ctx, dec, ctx.Done()); err != nil {
+		in.kafka.Close()
+		if in.kafka, err = in.kf.open(ctx, dec, ctx.Done()); err != nil {
 			return nil, err
 		}
-		if reg != nil {
-			if err := reg.Register((*ksrc).Collector()); err != nil {
+		if in.reg != nil {
+			if err := in.reg.Register(in.kafka.Collector()); err != nil {
 				return nil, fmt.Errorf("registering the Kafka source's metrics: %w", err)
 			}
 		}
-		return *ksrc, nil
+		return in.kafka, nil
 	}
-	f, err := os.Open((*file).Name())
+	f, err := os.Open(in.file.Name())
 	if err != nil {
 		return nil, fmt.Errorf("opening the input again: %w", err)
 	}
-	(*file).Close()
-	*file = f
-	dec, err := changelog.NewDecoder(f, format, schema, changelog.WithDebezium(dbz))
-	if err != nil {
-		return nil, err
-	}
-	return dec, nil
+	in.file.Close()
+	in.file = f
+	return changelog.NewDecoder(f, in.format, in.schema, changelog.WithDebezium(in.dbz))
 }
