@@ -281,20 +281,30 @@ const PropClaim = "icesink.claim"
 // only the property is set, and a claim that lands between another run's
 // check and its commit is missed.
 func (c *Committer) Claim(ctx context.Context, runID string) error {
+	if err := c.retrying(ctx, func() error { return c.claimOnce(ctx, runID) }); err != nil {
+		return fmt.Errorf("commit: claiming table %v for run %s of sink %q: %w", c.ident, runID, c.sinkID, err)
+	}
+	c.runID = runID
+	return nil
+}
+
+// retrying calls once until it succeeds or fails with an error that is
+// not Retryable (nothing was committed: the branch moved), at most
+// maxRetries+1 times, with backoff, on a table reloaded after a failure.
+func (c *Committer) retrying(ctx context.Context, once func() error) error {
 	for attempt := 0; ; attempt++ {
 		if c.stale {
 			if err := c.Refresh(ctx); err != nil {
 				return err
 			}
 		}
-		err := c.claimOnce(ctx, runID)
+		err := once()
 		if err == nil {
-			c.runID = runID
 			return nil
 		}
 		c.stale = true
 		if !Retryable(err) || attempt >= c.maxRetries {
-			return fmt.Errorf("commit: claiming table %v for run %s of sink %q: %w", c.ident, runID, c.sinkID, err)
+			return err
 		}
 		if err := sleepBackoff(ctx, attempt); err != nil {
 			return err
@@ -332,7 +342,7 @@ func (c *Committer) claimOnce(ctx context.Context, runID string) error {
 	for meta.SnapshotByID(snapID) != nil {
 		snapID = rand.Int64N(1<<62) + 1
 	}
-	props := iceberg.Properties{PropClaim: c.sinkID, "icesink.run-id": runID, "manifests-kept": strconv.Itoa(len(mans))}
+	props := iceberg.Properties{PropClaim: c.sinkID, propRunID: runID, "manifests-kept": strconv.Itoa(len(mans))}
 	return c.commitMetadataSnapshot(ctx, cat, wfs, snapID, "claim", mans, props, []table.Update{table.NewSetPropertiesUpdate(set)}, nil)
 }
 
@@ -597,15 +607,11 @@ func (c *Committer) commitProps(epoch uint64, props map[string]string) (summary,
 // properties name the snapshot they were recorded on, so a rollback past
 // it is still recognised.
 func (c *Committer) recordOffsets(ctx context.Context, epoch uint64, props map[string]string) (bool, error) {
-	for attempt := 0; ; attempt++ {
-		if c.stale {
-			if err := c.Refresh(ctx); err != nil {
-				return false, err
-			}
-		}
+	recorded := false
+	err := c.retrying(ctx, func() error {
 		last, ok := c.Last()
 		if ok && last.Epoch >= epoch {
-			return false, nil
+			return nil
 		}
 		moved := false
 		for k, v := range props {
@@ -614,38 +620,35 @@ func (c *Committer) recordOffsets(ctx context.Context, epoch uint64, props map[s
 			}
 		}
 		if !moved {
-			return false, nil
+			return nil
 		}
 		if err := c.checkRun(); err != nil {
-			return false, fmt.Errorf("commit: epoch %d: %w", epoch, err)
+			return err
 		}
 		_, kept := c.commitProps(epoch, props)
+		kept[sinkProp(c.sinkID, propSnapshotID)] = "-1"
 		if cur := c.tbl.CurrentSnapshot(); cur != nil {
 			kept[sinkProp(c.sinkID, propSnapshotID)] = strconv.FormatInt(cur.SnapshotID, 10)
-		} else {
-			kept[sinkProp(c.sinkID, propSnapshotID)] = "-1"
 		}
 		tx := c.tbl.NewTransaction()
-		err := tx.AssertRefSnapshotID(table.MainBranch)
-		if err == nil {
-			err = tx.SetProperties(kept)
+		if err := tx.AssertRefSnapshotID(table.MainBranch); err != nil {
+			return err
 		}
-		var tbl *table.Table
-		if err == nil {
-			tbl, err = tx.Commit(ctx)
+		if err := tx.SetProperties(kept); err != nil {
+			return err
 		}
-		if err == nil {
-			c.adopt(ctx, tbl)
-			return true, nil
+		tbl, err := tx.Commit(ctx)
+		if err != nil {
+			return err
 		}
-		c.stale = true
-		if !Retryable(err) || attempt >= c.maxRetries {
-			return false, fmt.Errorf("commit: recording the offsets of epoch %d of sink %q: %w", epoch, c.sinkID, err)
-		}
-		if err := sleepBackoff(ctx, attempt); err != nil {
-			return false, fmt.Errorf("commit: epoch %d: %w", epoch, err)
-		}
+		c.adopt(ctx, tbl)
+		recorded = true
+		return nil
+	})
+	if err != nil {
+		return false, fmt.Errorf("commit: recording the offsets of epoch %d of sink %q: %w", epoch, c.sinkID, err)
 	}
+	return recorded, nil
 }
 
 func (c *Committer) commitOnce(ctx context.Context, epoch uint64, payloads []Payload, props map[string]string) (*table.Table, error) {

@@ -156,21 +156,8 @@ func TestCommitRetriesMovedBranch(t *testing.T) {
 		t.Fatal(err)
 	}
 	commitEpoch(t, a, tbl, "a", 1)
-	commitEpoch(t, b, tbl, "b", 1) // b's table was stale: a had committed
-	// A foreign append through iceberg-go itself.
-	fresh, err := wh.Catalog.LoadTable(ctx, testIdent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx := fresh.NewTransaction()
-	rd := tx.NewRowDelta(nil)
-	rd.AddRows(dataFile(t, tbl.Location()+"/data/foreign.parquet"))
-	if err := rd.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Commit(ctx); err != nil {
-		t.Fatal(err)
-	}
+	commitEpoch(t, b, tbl, "b", 1)  // b's table was stale: a had committed
+	foreignAppend(t, wh, "foreign") // through iceberg-go itself
 	res := commitEpoch(t, a, tbl, "a", 2)
 	if res.Retries == 0 {
 		t.Fatalf("epoch 2 of a committed on a stale table without a retry: %+v", res)

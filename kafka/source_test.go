@@ -28,11 +28,11 @@ var schema = iceberg.NewSchemaWithIdentifiers(1, []int{1},
 	iceberg.NestedField{ID: 2, Name: "v", Type: iceberg.PrimitiveTypes.String},
 )
 
-// cluster starts an in-process Kafka broker with topic "t" of parts
-// partitions, and a client producing to it.
-func cluster(t *testing.T, parts int32) (*kfake.Cluster, *kgo.Client) {
+// cluster starts an in-process Kafka broker with topic "t" (and the other
+// topics named) of parts partitions, and a client producing to "t".
+func cluster(t *testing.T, parts int32, other ...string) (*kfake.Cluster, *kgo.Client) {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, "t"))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, append([]string{"t"}, other...)...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,16 +222,7 @@ func TestSourceNamesBadMessage(t *testing.T) {
 // headers naming where it came from and why, and the run goes on; a
 // missing dead-letter topic is refused at Seek.
 func TestSourceDeadLetterTopic(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "t", "dlq"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("t"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	c, cl := cluster(t, 3, "dlq")
 	bad := []byte(`{"op":"+I","data":{"id":"x"}}`)
 	produce(t, cl, []int64{0, 3, 6}, [][]byte{line(0), bad, line(6)})
 
@@ -553,16 +544,7 @@ func TestStopAtEndTransactional(t *testing.T) {
 // its offset. Before, the writer refused it and every restart stopped at
 // the same offset.
 func TestSourceCheckRefusalIsDeadLettered(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "t", "dlq"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("t"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	c, cl := cluster(t, 3, "dlq")
 	produce(t, cl, []int64{0, 3, 6}, [][]byte{line(0), line(3), line(6)})
 	check := func(rec changelog.Record) error {
 		for _, ch := range rec.Changes {
