@@ -2,12 +2,15 @@ package changelog
 
 import (
 	"bytes"
+
 	"encoding/json"
 	"fmt"
 	"math"
 	"math/big"
 	"strconv"
 	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
 )
 
 // encoding is how a column's JSON value is spelled when it is not the
@@ -248,10 +251,29 @@ func base64Decimal(b []byte, c *column, scale int) (any, error) {
 	if err != nil {
 		return nil, kindErrf(ErrType, "%s needs base64 of the unscaled value (Debezium's decimal.handling.mode=precise): %v", c.typ, err)
 	}
-	raw = raw[:n]
+	return unscaledDecimal(raw[:n], c, scale)
+}
+
+// unscaledDecimal converts the big-endian two's-complement unscaled value
+// raw at scale exactly to column c's decimal.
+func unscaledDecimal(raw []byte, c *column, scale int) (any, error) {
+	if len(raw) > 0 && len(raw) <= 8 && scale <= c.scale && c.scale-scale <= 18 {
+		// The common case without big.Int: 63 bits at a scale the column
+		// keeps.
+		v := int64(int8(raw[0]))
+		for _, b := range raw[1:] {
+			v = v<<8 | int64(b)
+		}
+		n := decimal128.FromI64(v).Mul(decimal128.FromU64(pow10u64[c.scale-scale]))
+		if !n.FitsInPrecision(int32(c.prec)) {
+			return nil, kindErrf(ErrRange, "%s does not fit: decimal(%d, %d) keeps %s before the point",
+				quoteShort([]byte(n.ToString(int32(c.scale)))), c.prec, c.scale, plural(c.prec-c.scale, "digit"))
+		}
+		return n, nil
+	}
 	u := new(big.Int).SetBytes(raw)
-	if n > 0 && raw[0]&0x80 != 0 {
-		u.Sub(u, new(big.Int).Lsh(big.NewInt(1), uint(8*n)))
+	if len(raw) > 0 && raw[0]&0x80 != 0 {
+		u.Sub(u, new(big.Int).Lsh(big.NewInt(1), uint(8*len(raw))))
 	}
 	txt := u.String()
 	num := number{neg: u.Sign() < 0, exp: -int64(scale)}

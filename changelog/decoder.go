@@ -57,8 +57,7 @@ type Decoder struct {
 	sc        scanner
 	tmp       []byte // number digits
 	changes   [2]deltawriter.Change
-	slab      []any    // unused row slots
-	slabRows  int      // rows in the last slab allocated
+	slab      rowSlab
 	seen      []uint32 // per column: stamp of the last row object that set it
 	stamp     uint32
 	err       error // sticky read error
@@ -90,6 +89,9 @@ func (h *headReader) Read(p []byte) (int, error) {
 // top-level primitive column, not float or double) and only primitive
 // columns.
 func NewDecoder(r io.Reader, format Format, schema *iceberg.Schema, opts ...Option) (*Decoder, error) {
+	if format == DebeziumAvro {
+		return nil, errors.New("changelog: debezium-avro is read from Kafka with a schema registry (NewAvroDecoder), not from lines")
+	}
 	if format != ChangelogJSON && format != DebeziumJSON {
 		return nil, fmt.Errorf("changelog: unknown input format %v", format)
 	}
@@ -826,11 +828,17 @@ func in(where string, err error) error {
 // check enforces the null rules on a decoded row: key columns are always
 // required; full (an insert or update image) requires every required column.
 func (d *Decoder) check(row []any, stamp uint32, full bool, where string) error {
-	for i := range d.plan.cols {
+	return checkNulls(d.plan.cols, row, full, where, func(i int) bool { return d.seen[i] == stamp })
+}
+
+// checkNulls enforces the null rules on row; present(i) says whether the
+// input spelled column i (null) rather than left it out (missing).
+func checkNulls(cols []column, row []any, full bool, where string, present func(i int) bool) error {
+	for i := range cols {
 		if row[i] != nil {
 			continue
 		}
-		c := &d.plan.cols[i]
+		c := &cols[i]
 		what := ""
 		switch {
 		case c.key:
@@ -840,7 +848,7 @@ func (d *Decoder) check(row []any, stamp uint32, full bool, where string) error 
 		default:
 			continue
 		}
-		if d.seen[i] == stamp {
+		if present(i) {
 			return fieldErr(c.name, in(where, kindErrf(ErrNull, "%s is null", what)))
 		}
 		return fieldErr(c.name, in(where, kindErrf(ErrNull, "%s is missing", what)))
@@ -849,14 +857,22 @@ func (d *Decoder) check(row []any, stamp uint32, full bool, where string) error 
 }
 
 // newRow returns a fresh row of nils, carved from a shared allocation.
-func (d *Decoder) newRow() []any {
-	n := len(d.plan.cols)
-	if len(d.slab) < n {
+func (d *Decoder) newRow() []any { return d.slab.next(len(d.plan.cols)) }
+
+// rowSlab carves rows from shared allocations of row slots.
+type rowSlab struct {
+	free []any // unused slots
+	rows int   // rows in the last allocation
+}
+
+// next returns a fresh row of n nils.
+func (s *rowSlab) next(n int) []any {
+	if len(s.free) < n {
 		// Start small (a decoder may see few rows) and grow to maxSlabRows.
-		d.slabRows = min(max(2*d.slabRows, 8), maxSlabRows)
-		d.slab = make([]any, n*d.slabRows)
+		s.rows = min(max(2*s.rows, 8), maxSlabRows)
+		s.free = make([]any, n*s.rows)
 	}
-	r := d.slab[:n:n]
-	d.slab = d.slab[n:]
+	r := s.free[:n:n]
+	s.free = s.free[n:]
 	return r
 }

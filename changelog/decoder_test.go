@@ -613,7 +613,7 @@ func TestSchemaFromJSON(t *testing.T) {
 }
 
 func TestFormat(t *testing.T) {
-	for _, f := range []Format{ChangelogJSON, DebeziumJSON} {
+	for _, f := range []Format{ChangelogJSON, DebeziumJSON, DebeziumAvro} {
 		g, err := ParseFormat(f.String())
 		if err != nil || g != f {
 			t.Fatalf("ParseFormat(%q) = %v, %v", f.String(), g, err)
@@ -623,7 +623,7 @@ func TestFormat(t *testing.T) {
 			t.Fatalf("Set(%q) = %v, %v", f.String(), h, err)
 		}
 	}
-	if _, err := ParseFormat("avro"); err == nil || err.Error() != `changelog: unknown input format "avro" (want changelog-json or debezium-json)` {
+	if _, err := ParseFormat("avro"); err == nil || err.Error() != `changelog: unknown input format "avro" (want changelog-json, debezium-json or debezium-avro)` {
 		t.Fatalf("ParseFormat(avro): %v", err)
 	}
 	var h Format

@@ -88,19 +88,25 @@ func (e *Encoder) AppendDebeziumJSON(dst []byte, before, after []any) ([]byte, e
 	return out, nil
 }
 
-func (e *Encoder) appendDebezium(dst []byte, before, after []any) ([]byte, error) {
-	var op string
+// debeziumOp is the op of an event with these images: after only is a
+// create, both an update, before only a delete.
+func debeziumOp(before, after []any) (string, error) {
 	switch {
 	case before == nil && after == nil:
-		return dst, errors.New("changelog: encode: a Debezium event needs a before or an after image")
+		return "", errors.New("changelog: encode: a Debezium event needs a before or an after image")
 	case before == nil:
-		op = "c"
+		return "c", nil
 	case after == nil:
-		op = "d"
-	default:
-		op = "u"
+		return "d", nil
 	}
-	var err error
+	return "u", nil
+}
+
+func (e *Encoder) appendDebezium(dst []byte, before, after []any) ([]byte, error) {
+	op, err := debeziumOp(before, after)
+	if err != nil {
+		return dst, err
+	}
 	dst = append(dst, `{"before":`...)
 	if before == nil {
 		dst = append(dst, "null"...)

@@ -13,15 +13,22 @@ const (
 	// ({"before":...,"after":...,"op":"c"|"r"|"u"|"d"}), bare or wrapped in
 	// {"schema":...,"payload":{...}}.
 	DebeziumJSON
+	// DebeziumAvro is Debezium change events in Avro, in the schema
+	// registry's wire format; read from Kafka (NewAvroDecoder), not from
+	// lines.
+	DebeziumAvro
 )
 
-// String returns the flag spelling of f: "changelog-json" or "debezium-json".
+// String returns the flag spelling of f: "changelog-json", "debezium-json"
+// or "debezium-avro".
 func (f Format) String() string {
 	switch f {
 	case ChangelogJSON:
 		return "changelog-json"
 	case DebeziumJSON:
 		return "debezium-json"
+	case DebeziumAvro:
+		return "debezium-avro"
 	}
 	return fmt.Sprintf("Format(%d)", uint8(f))
 }
@@ -33,8 +40,10 @@ func ParseFormat(s string) (Format, error) {
 		return ChangelogJSON, nil
 	case "debezium-json":
 		return DebeziumJSON, nil
+	case "debezium-avro":
+		return DebeziumAvro, nil
 	}
-	return 0, fmt.Errorf("changelog: unknown input format %q (want changelog-json or debezium-json)", s)
+	return 0, fmt.Errorf("changelog: unknown input format %q (want changelog-json, debezium-json or debezium-avro)", s)
 }
 
 // Set parses s into f, so that *Format is a flag.Value.

@@ -58,6 +58,13 @@ func (s *scanner) value(c *column, tmp *[]byte) (any, error) {
 			return v, err
 		}
 	}
+	if first == '"' {
+		b, err := s.str()
+		if err != nil {
+			return nil, err
+		}
+		return textValue(c, b, tmp)
+	}
 	switch c.kind {
 	case kBool:
 		switch first {
@@ -68,7 +75,7 @@ func (s *scanner) value(c *column, tmp *[]byte) (any, error) {
 		}
 		return nil, s.wrongType(c, first, "true or false")
 	case kInt, kLong:
-		n, err := s.numeric(c, first, "a JSON number or a string holding one")
+		n, err := s.numeric(c, first)
 		if err != nil {
 			return nil, err
 		}
@@ -76,33 +83,16 @@ func (s *scanner) value(c *column, tmp *[]byte) (any, error) {
 		if err != nil {
 			return nil, err
 		}
-		if c.kind == kInt {
-			if v < math.MinInt32 || v > math.MaxInt32 {
-				return nil, kindErrf(ErrRange, "%d does not fit an int (32-bit)", v)
-			}
-			return int32(v), nil
-		}
-		return v, nil
+		return intValue(c, v)
 	case kFloat, kDouble:
 		return s.float(c, first)
 	case kDecimal:
-		n, err := s.numeric(c, first, "a JSON number or a string holding one")
+		n, err := s.numeric(c, first)
 		if err != nil {
 			return nil, err
 		}
 		return n.decimal(c.prec, c.scale, tmp)
 	case kDate:
-		if first == '"' {
-			b, err := s.str()
-			if err != nil {
-				return nil, err
-			}
-			d, err := parseDate(b)
-			if err != nil {
-				return nil, err
-			}
-			return int32(d), nil
-		}
 		if first != '-' && (first < '0' || first > '9') {
 			return nil, s.wrongType(c, first, `a "YYYY-MM-DD" string or a number of days since 1970-01-01`)
 		}
@@ -114,77 +104,125 @@ func (s *scanner) value(c *column, tmp *[]byte) (any, error) {
 		if err != nil {
 			return nil, err
 		}
+		return intValue(c, v)
+	}
+	return nil, s.wrongType(c, first, wants(c))
+}
+
+// wants says what spelling column c takes, for messages.
+func wants(c *column) string {
+	switch c.kind {
+	case kBool:
+		return "true or false"
+	case kInt, kLong, kDecimal:
+		return "a JSON number or a string holding one"
+	case kFloat, kDouble:
+		return "a JSON number"
+	case kDate:
+		return `a "YYYY-MM-DD" string or a number of days since 1970-01-01`
+	case kTime:
+		return `an "HH:MM:SS[.ffffff]" string`
+	case kTimestamp, kTimestampTz:
+		return "an RFC 3339 string"
+	case kString:
+		return "a string"
+	case kUUID:
+		return "a UUID string"
+	case kBinary, kFixed:
+		return "a base64 string"
+	}
+	panic("changelog: unhandled column kind")
+}
+
+// intValue converts an integer to column c's value the way an integral JSON
+// number decodes: int and long within their range, date as days since
+// 1970-01-01, time and timestamp in c.enc's unit (refused without one),
+// decimal exactly, float and double rounded to the nearest value.
+func intValue(c *column, v int64) (any, error) {
+	switch c.kind {
+	case kInt:
+		if v < math.MinInt32 || v > math.MaxInt32 {
+			return nil, kindErrf(ErrRange, "%d does not fit an int (32-bit)", v)
+		}
+		return int32(v), nil
+	case kLong:
+		return v, nil
+	case kDate:
 		if v < math.MinInt32 || v > math.MaxInt32 {
 			return nil, kindErrf(ErrRange, "%d days does not fit a date (32-bit)", v)
 		}
 		return int32(v), nil
+	case kTime, kTimestamp, kTimestampTz:
+		if c.enc == encMillis || c.enc == encMicros || c.enc == encNanos {
+			return epochValue(c, v)
+		}
+	case kDecimal:
+		var tmp []byte
+		n, _, _ := parseNumber(strconv.AppendInt(nil, v, 10), 0)
+		return n.decimal(c.prec, c.scale, &tmp)
+	case kFloat:
+		return float32(v), nil
+	case kDouble:
+		return float64(v), nil
+	}
+	return nil, kindErrf(ErrType, "%s needs %s, got the integer %d", c.typ, wants(c), v)
+}
+
+// textValue decodes the contents of a JSON string (unescaped) as a value
+// of column c.
+func textValue(c *column, b []byte, tmp *[]byte) (any, error) {
+	switch c.kind {
+	case kInt, kLong, kDecimal:
+		n, end, msg := parseNumber(b, 0)
+		if msg != "" || end != len(b) {
+			return nil, kindErrf(ErrType, "%s needs %s, got the string %s", c.typ, wants(c), quoteShort(b))
+		}
+		if c.kind == kDecimal {
+			return n.decimal(c.prec, c.scale, tmp)
+		}
+		v, err := n.int64(tmp)
+		if err != nil {
+			return nil, err
+		}
+		return intValue(c, v)
+	case kFloat, kDouble:
+		return floatText(c, b)
+	case kDate:
+		d, err := parseDate(b)
+		if err != nil {
+			return nil, err
+		}
+		return int32(d), nil
 	case kTime:
-		if first != '"' {
-			return nil, s.wrongType(c, first, `an "HH:MM:SS[.ffffff]" string`)
-		}
-		b, err := s.str()
-		if err != nil {
-			return nil, err
-		}
-		t, err := parseTime(b)
-		if err != nil {
-			return nil, err
-		}
-		return t, nil
+		return parseTime(b)
 	case kTimestamp, kTimestampTz:
-		if first != '"' {
-			return nil, s.wrongType(c, first, "an RFC 3339 string")
-		}
-		b, err := s.str()
-		if err != nil {
-			return nil, err
-		}
-		t, err := parseTimestamp(b, c.kind == kTimestampTz)
-		if err != nil {
-			return nil, err
-		}
-		return t, nil
+		return parseTimestamp(b, c.kind == kTimestampTz)
 	case kString:
-		if first != '"' {
-			return nil, s.wrongType(c, first, "a string")
-		}
-		b, err := s.str()
-		if err != nil {
-			return nil, err
-		}
 		return string(b), nil
 	case kUUID:
-		if first != '"' {
-			return nil, s.wrongType(c, first, "a UUID string")
-		}
-		b, err := s.str()
-		if err != nil {
-			return nil, err
-		}
 		u, ok := parseUUID(b)
 		if !ok {
 			return nil, kindErrf(ErrType, "%s is not a canonical UUID (8-4-4-4-12 hex digits)", quoteShort(b))
 		}
 		return u, nil
 	case kBinary, kFixed:
-		if first != '"' {
-			return nil, s.wrongType(c, first, "a base64 string")
-		}
-		b, err := s.str()
-		if err != nil {
-			return nil, err
-		}
 		out := make([]byte, b64.DecodedLen(len(b)))
 		n, err := b64.Decode(out, b)
 		if err != nil {
 			return nil, kindErrf(ErrType, "not standard padded base64: %v", err)
 		}
-		if c.kind == kFixed && n != c.size {
-			return nil, kindErrf(ErrRange, "%d bytes, %s needs exactly %d", n, c.typ, c.size)
-		}
-		return out[:n:n], nil
+		return bytesValue(c, out[:n:n])
 	}
-	panic("changelog: unhandled column kind")
+	return nil, kindErrf(ErrType, "%s needs %s, got a string", c.typ, wants(c))
+}
+
+// bytesValue checks a binary value against column c (a fixed column takes
+// exactly its length).
+func bytesValue(c *column, b []byte) (any, error) {
+	if c.kind == kFixed && len(b) != c.size {
+		return nil, kindErrf(ErrRange, "%d bytes, %s needs exactly %d", len(b), c.typ, c.size)
+	}
+	return b, nil
 }
 
 // wrongType reports the value at the cursor as not of column c's type,
@@ -196,64 +234,51 @@ func (s *scanner) wrongType(c *column, first byte, want string) error {
 	return kindErrf(ErrType, "%s needs %s, got %s", c.typ, want, jsonKind(first))
 }
 
-// numeric reads a JSON number, or a JSON string whose whole content is a
-// JSON number.
-func (s *scanner) numeric(c *column, first byte, want string) (number, error) {
-	switch {
-	case first == '"':
-		b, err := s.str()
-		if err != nil {
-			return number{}, err
-		}
-		n, end, msg := parseNumber(b, 0)
-		if msg != "" || end != len(b) {
-			return number{}, kindErrf(ErrType, "%s needs %s, got the string %s", c.typ, want, quoteShort(b))
-		}
-		return n, nil
-	case first == '-' || first >= '0' && first <= '9':
+// numeric reads a JSON number (a string holding one is textValue's).
+func (s *scanner) numeric(c *column, first byte) (number, error) {
+	if first == '-' || first >= '0' && first <= '9' {
 		return s.number()
 	}
-	return number{}, s.wrongType(c, first, want)
+	return number{}, s.wrongType(c, first, wants(c))
 }
 
 func (s *scanner) float(c *column, first byte) (any, error) {
-	var text []byte
-	switch {
-	case first == '"':
-		b, err := s.str()
-		if err != nil {
-			return nil, err
-		}
-		switch string(b) {
-		case "NaN":
-			if c.kind == kFloat {
-				return float32(math.NaN()), nil
-			}
-			return math.NaN(), nil
-		case "Infinity":
-			if c.kind == kFloat {
-				return float32(math.Inf(1)), nil
-			}
-			return math.Inf(1), nil
-		case "-Infinity":
-			if c.kind == kFloat {
-				return float32(math.Inf(-1)), nil
-			}
-			return math.Inf(-1), nil
-		}
+	if first != '-' && (first < '0' || first > '9') {
+		return nil, s.wrongType(c, first, "a JSON number")
+	}
+	start := s.pos
+	if _, err := s.number(); err != nil {
+		return nil, err
+	}
+	return parseFloat(c, s.buf[start:s.pos])
+}
+
+// floatText decodes a string's contents as a float or double: "NaN",
+// "Infinity", "-Infinity" or a JSON number.
+func floatText(c *column, b []byte) (any, error) {
+	var f float64
+	switch string(b) {
+	case "NaN":
+		f = math.NaN()
+	case "Infinity":
+		f = math.Inf(1)
+	case "-Infinity":
+		f = math.Inf(-1)
+	default:
 		if _, end, msg := parseNumber(b, 0); msg != "" || end != len(b) {
 			return nil, kindErrf(ErrType, `%s needs a JSON number, "NaN", "Infinity" or "-Infinity", got the string %s`, c.typ, quoteShort(b))
 		}
-		text = b
-	case first == '-' || first >= '0' && first <= '9':
-		start := s.pos
-		if _, err := s.number(); err != nil {
-			return nil, err
-		}
-		text = s.buf[start:s.pos]
-	default:
-		return nil, s.wrongType(c, first, "a JSON number")
+		return parseFloat(c, b)
 	}
+	if c.kind == kFloat {
+		return float32(f), nil
+	}
+	return f, nil
+}
+
+// parseFloat converts the text of a JSON number to c's float or double,
+// rounding to the nearest value.
+func parseFloat(c *column, text []byte) (any, error) {
 	bitSize := 64
 	if c.kind == kFloat {
 		bitSize = 32

@@ -43,28 +43,11 @@ var ErrSecurity = errors.New("kafka: security settings")
 // and JoinGroup.
 func (s Security) Options() ([]kgo.Opt, error) {
 	var opts []kgo.Opt
-	if s.TLS || s.CAFile != "" || s.CertFile != "" || s.KeyFile != "" || s.ServerName != "" {
-		cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: s.ServerName}
-		if s.CAFile != "" {
-			pem, err := os.ReadFile(s.CAFile)
-			if err != nil {
-				return nil, fmt.Errorf("%w: TLS CA file: %w", ErrSecurity, err)
-			}
-			cfg.RootCAs = x509.NewCertPool()
-			if !cfg.RootCAs.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("%w: TLS CA file %s holds no PEM certificate", ErrSecurity, s.CAFile)
-			}
-		}
-		switch {
-		case s.CertFile != "" && s.KeyFile != "":
-			cert, err := tls.LoadX509KeyPair(s.CertFile, s.KeyFile)
-			if err != nil {
-				return nil, fmt.Errorf("%w: TLS client certificate: %w", ErrSecurity, err)
-			}
-			cfg.Certificates = []tls.Certificate{cert}
-		case s.CertFile != "" || s.KeyFile != "":
-			return nil, fmt.Errorf("%w: a TLS client certificate needs both its certificate and its key file", ErrSecurity)
-		}
+	cfg, err := s.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	if cfg != nil {
 		opts = append(opts, kgo.DialTLSConfig(cfg))
 	}
 	if s.SASLMechanism == "" {
@@ -88,6 +71,35 @@ func (s Security) Options() ([]kgo.Opt, error) {
 		return nil, fmt.Errorf("%w: SASL mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", ErrSecurity, s.SASLMechanism)
 	}
 	return append(opts, kgo.SASL(mech)), nil
+}
+
+// tlsConfig is s's TLS configuration; nil when TLS is off.
+func (s Security) tlsConfig() (*tls.Config, error) {
+	if !s.TLS && s.CAFile == "" && s.CertFile == "" && s.KeyFile == "" && s.ServerName == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: s.ServerName}
+	if s.CAFile != "" {
+		pem, err := os.ReadFile(s.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: TLS CA file: %w", ErrSecurity, err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: TLS CA file %s holds no PEM certificate", ErrSecurity, s.CAFile)
+		}
+	}
+	switch {
+	case s.CertFile != "" && s.KeyFile != "":
+		cert, err := tls.LoadX509KeyPair(s.CertFile, s.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: TLS client certificate: %w", ErrSecurity, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	case s.CertFile != "" || s.KeyFile != "":
+		return nil, fmt.Errorf("%w: a TLS client certificate needs both its certificate and its key file", ErrSecurity)
+	}
+	return cfg, nil
 }
 
 // hint explains a connection the broker closed at once: with SASL or TLS

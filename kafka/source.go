@@ -94,8 +94,11 @@ type Config struct {
 }
 
 // Decoder decodes one message, given the record's key and value;
-// *changelog.Decoder is one (the key names the row of a Debezium delete
-// without a before image).
+// *changelog.Decoder and *changelog.AvroDecoder are ones (the key names
+// the row of a Debezium delete without a before image). A
+// *changelog.MessageError is the record's fault (the dead-letter topic's);
+// any other error is not: Next returns it and reads the record again on
+// the next call.
 type Decoder interface {
 	DecodeKeyedMessage(key, msg []byte) (rec changelog.Record, skip bool, err error)
 }
@@ -398,6 +401,16 @@ func (s *Source) Next() (changelog.Record, error) {
 				continue // a tombstone: compaction's marker, no change
 			}
 			rec, skip, err := s.dec.DecodeKeyedMessage(r.Key, r.Value)
+			var bad *changelog.MessageError
+			if err != nil && !errors.As(err, &bad) {
+				// Not the record's fault (a schema registry out of reach):
+				// stop before it, without sending it anywhere; the next
+				// call reads it again.
+				s.next[r.Partition] = r.Offset
+				s.count--
+				s.buf = append([]*kgo.Record{r}, s.buf...)
+				return changelog.Record{}, fmt.Errorf("kafka: topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
+			}
 			if err == nil && !skip && s.cfg.Check != nil {
 				err = s.cfg.Check(rec)
 			}

@@ -38,6 +38,10 @@ type kafkaFlags struct {
 	rebalance                    time.Duration
 	sec                          kafka.Security
 	passwordFile                 string
+	// The schema registry of debezium-avro input.
+	registryURL, registryUser, registryPasswordFile string
+	registryTLS                                     kafka.Security
+	registry                                        *kafka.Registry // set by check
 	// schema and spec are the table's (set once it is loaded): records
 	// whose changes the writers would refuse are the source's bad records.
 	schema *iceberg.Schema
@@ -62,6 +66,12 @@ func (f *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.sec.SASLMechanism, "kafka-sasl-mechanism", "", "with --kafka-brokers: SASL `MECHANISM`: plain, scram-sha-256 or scram-sha-512 (user from --kafka-sasl-user, password from --kafka-sasl-password-file or $ICESINK_KAFKA_SASL_PASSWORD)")
 	fs.StringVar(&f.sec.User, "kafka-sasl-user", "", "with --kafka-sasl-mechanism: the SASL `USER`")
 	fs.StringVar(&f.passwordFile, "kafka-sasl-password-file", "", "with --kafka-sasl-mechanism: a `FILE` holding the SASL password (its first line); default: $ICESINK_KAFKA_SASL_PASSWORD. There is no flag for the password itself: it would show in ps")
+	fs.StringVar(&f.registryURL, "schema-registry", "", "with --format debezium-avro: the schema registry's `URL[,...]` (Confluent's REST API); schemas are fetched by the id each record carries")
+	fs.StringVar(&f.registryUser, "schema-registry-user", "", "with --schema-registry: the basic-auth `USER` (an API key); password from --schema-registry-password-file or $ICESINK_SCHEMA_REGISTRY_PASSWORD")
+	fs.StringVar(&f.registryPasswordFile, "schema-registry-password-file", "", "with --schema-registry-user: a `FILE` holding the password (its first line); default: $ICESINK_SCHEMA_REGISTRY_PASSWORD")
+	fs.StringVar(&f.registryTLS.CAFile, "schema-registry-ca", "", "with --schema-registry: a PEM `FILE` of the CAs that sign the registry's certificate (default: the system's, for https URLs)")
+	fs.StringVar(&f.registryTLS.CertFile, "schema-registry-cert", "", "with --schema-registry: a client certificate `FILE` (PEM), with --schema-registry-key")
+	fs.StringVar(&f.registryTLS.KeyFile, "schema-registry-key", "", "with --schema-registry: the client certificate's key `FILE` (PEM)")
 	fs.BoolVar(&f.stopAtEnd, "stop-at-end", false, "with --kafka-brokers: stop once the partitions are read up to their end offsets at start (a backfill); default: run until SIGINT or SIGTERM, which commit what was read")
 }
 
@@ -72,9 +82,13 @@ func (f *kafkaFlags) enabled() bool { return f.brokers != "" }
 func (f *kafkaFlags) grouped() bool { return f.enabled() && f.group != "" && f.coordinator != "" }
 
 // check refuses flag combinations that cannot run.
-func (f *kafkaFlags) check(input, coordinator string) error {
+func (f *kafkaFlags) check(input, coordinator string, format changelog.Format) error {
 	f.coordinator = coordinator
 	switch {
+	case format == changelog.DebeziumAvro && (!f.enabled() || f.registryURL == ""):
+		return fmt.Errorf("%w: --format debezium-avro reads Kafka records through a schema registry: it needs --kafka-brokers and --schema-registry", errUsage)
+	case format != changelog.DebeziumAvro && f.registryURL != "":
+		return fmt.Errorf("%w: --schema-registry is for --format debezium-avro", errUsage)
 	case !f.enabled() && input == "":
 		return fmt.Errorf("%w: --input or --kafka-brokers is required", errUsage)
 	case f.enabled() && input != "":
@@ -91,15 +105,11 @@ func (f *kafkaFlags) check(input, coordinator string) error {
 		return fmt.Errorf("%w: --checkpoint-interval must not be negative", errUsage)
 	}
 	if f.sec.SASLMechanism != "" {
-		f.sec.Password = os.Getenv(saslPasswordEnv)
-		if f.passwordFile != "" {
-			b, err := os.ReadFile(f.passwordFile)
-			if err != nil {
-				return fmt.Errorf("%w: --kafka-sasl-password-file: %v", errUsage, err)
-			}
-			f.sec.Password, _, _ = strings.Cut(string(b), "\n")
-			f.sec.Password = strings.TrimSuffix(f.sec.Password, "\r")
+		pw, err := secret(f.passwordFile, saslPasswordEnv)
+		if err != nil {
+			return fmt.Errorf("%w: --kafka-sasl-password-file: %v", errUsage, err)
 		}
+		f.sec.Password = pw
 		if f.sec.Password == "" {
 			return fmt.Errorf("%w: --kafka-sasl-mechanism needs a password: --kafka-sasl-password-file FILE or $%s", errUsage, saslPasswordEnv)
 		}
@@ -107,7 +117,70 @@ func (f *kafkaFlags) check(input, coordinator string) error {
 	if _, err := f.sec.Options(); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
+	if f.registryURL != "" {
+		cfg := kafka.RegistryConfig{URLs: strings.Split(f.registryURL, ","), User: f.registryUser, TLS: f.registryTLS}
+		if f.registryUser != "" {
+			pw, err := secret(f.registryPasswordFile, registryPasswordEnv)
+			if err != nil {
+				return fmt.Errorf("%w: --schema-registry-password-file: %v", errUsage, err)
+			}
+			if pw == "" {
+				return fmt.Errorf("%w: --schema-registry-user needs a password: --schema-registry-password-file FILE or $%s", errUsage, registryPasswordEnv)
+			}
+			cfg.Password = pw
+		}
+		reg, err := kafka.NewRegistry(cfg)
+		if err != nil {
+			return fmt.Errorf("%w: %v", errUsage, err)
+		}
+		f.registry = reg
+	}
 	return nil
+}
+
+// registryPasswordEnv holds the schema registry's password without
+// --schema-registry-password-file.
+const registryPasswordEnv = "ICESINK_SCHEMA_REGISTRY_PASSWORD"
+
+// secret reads a password: the first line of file, else the environment
+// variable env.
+func secret(file, env string) (string, error) {
+	if file == "" {
+		return os.Getenv(env), nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	pw, _, _ := strings.Cut(string(b), "\n")
+	return strings.TrimSuffix(pw, "\r"), nil
+}
+
+// registrySchema derives a new table's schema from the newest schemas of
+// the topic's values and keys in the registry (subjects TOPIC-value and
+// TOPIC-key, Confluent's default naming).
+func (f *kafkaFlags) registrySchema(ctx context.Context) (*iceberg.Schema, error) {
+	value, err := f.registry.Latest(ctx, f.topic+"-value")
+	if err != nil {
+		return nil, err
+	}
+	key, err := f.registry.Latest(ctx, f.topic+"-key")
+	if err != nil {
+		return nil, err
+	}
+	s, err := changelog.SchemaFromDebeziumAvro(value, key)
+	if err != nil {
+		return nil, fmt.Errorf("the table's schema from subjects %s-value and %s-key: %w", f.topic, f.topic, err)
+	}
+	return s, nil
+}
+
+// decoder returns a decoder of format for the records of the topic.
+func (f *kafkaFlags) decoder(format changelog.Format, schema *iceberg.Schema, dbz changelog.DebeziumOptions) (kafka.Decoder, error) {
+	if format == changelog.DebeziumAvro {
+		return changelog.NewAvroDecoder(schema, f.registry)
+	}
+	return changelog.NewDecoder(strings.NewReader(""), format, schema, changelog.WithDebezium(dbz))
 }
 
 // saslPasswordEnv is the environment variable the SASL password is read
@@ -115,7 +188,7 @@ func (f *kafkaFlags) check(input, coordinator string) error {
 const saslPasswordEnv = "ICESINK_KAFKA_SASL_PASSWORD"
 
 // open connects to the brokers; stop ends the input.
-func (f *kafkaFlags) open(ctx context.Context, dec *changelog.Decoder, stop <-chan struct{}) (*kafka.Source, error) {
+func (f *kafkaFlags) open(ctx context.Context, dec kafka.Decoder, stop <-chan struct{}) (*kafka.Source, error) {
 	cfg := kafka.Config{
 		Brokers:            strings.Split(f.brokers, ","),
 		Topic:              f.topic,
@@ -241,7 +314,7 @@ func (f *kafkaFlags) runGroup(ctx context.Context, cfg sink.Config, schema *iceb
 			case <-stopWatch:
 			}
 		}()
-		dec, err := changelog.NewDecoder(strings.NewReader(""), format, schema, changelog.WithDebezium(dbz))
+		dec, err := f.decoder(format, schema, dbz)
 		if err != nil {
 			cancel(nil)
 			return total, err

@@ -17,6 +17,7 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 
 	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
 	"github.com/dustin/go-humanize"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/term"
@@ -65,7 +66,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	input := fs.String("input", "", "input `FILE`, or - for standard input (or --kafka-brokers)")
 	var kf kafkaFlags
 	kf.register(fs)
-	format := fs.String("format", "changelog-json", "input format: changelog-json or debezium-json")
+	format := fs.String("format", "changelog-json", "input format: changelog-json, debezium-json or debezium-avro (Kafka with --schema-registry)")
 	dbzDecimal := fs.String("debezium-decimal", "string", "debezium-json events without a schema: decimals as the connector's decimal.handling.mode spells them, `MODE` precise (base64) or string (events with a schema say it themselves)")
 	dbzTime := fs.String("debezium-time-unit", "", "debezium-json events without a schema: the `UNIT` of integer times and timestamps, ms, us or ns (default: integers there are refused)")
 	delMode := fs.String("delete-mode", "position", "how rows of earlier commits are deleted: position (a key index built from the table at start; no equality deletes) or equality (an equality delete per key and window; for tables other writers change too)")
@@ -107,12 +108,12 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := warehouse.CheckName(*sinkID); err != nil {
 		return fmt.Errorf("%w: --sink-id: %v", errUsage, err)
 	}
-	if err := kf.check(*input, *coordAddr); err != nil {
-		return err
-	}
 	fmtv, err := changelog.ParseFormat(*format)
 	if err != nil {
 		return fmt.Errorf("%w: --format: %v", errUsage, err)
+	}
+	if err := kf.check(*input, *coordAddr, fmtv); err != nil {
+		return err
 	}
 	dbz, err := debeziumOptions(*dbzDecimal, *dbzTime)
 	if err != nil {
@@ -195,6 +196,14 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return err
 	}
 	defer wh.Close()
+	if spec.Schema == nil && fmtv == changelog.DebeziumAvro {
+		// A table that does not exist yet takes the schema of the events.
+		if _, err := wh.Catalog.LoadTable(ctx, ident); errors.Is(err, catalog.ErrNoSuchTable) {
+			if spec.Schema, err = kf.registrySchema(ctx); err != nil {
+				return err
+			}
+		}
+	}
 	tbl, _, err := wh.LoadOrCreate(ctx, ident, spec)
 	if err != nil {
 		return err
@@ -208,14 +217,19 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return fmt.Errorf("table %s: %w", tf.table, err)
 	}
 	kf.schema, kf.spec = tbl.Schema(), tbl.Spec()
-	dec, err := changelog.NewDecoder(in, fmtv, tbl.Schema(), changelog.WithDebezium(dbz))
-	if err != nil {
-		return fmt.Errorf("table %s: %w", tf.table, err)
-	}
-	var src sink.Source = dec
+	var src sink.Source
 	runCtx := ctx
 	var ksrc *kafka.Source
+	if !kf.enabled() {
+		if src, err = changelog.NewDecoder(in, fmtv, tbl.Schema(), changelog.WithDebezium(dbz)); err != nil {
+			return fmt.Errorf("table %s: %w", tf.table, err)
+		}
+	}
 	if kf.enabled() && !kf.grouped() {
+		dec, err := kf.decoder(fmtv, tbl.Schema(), dbz)
+		if err != nil {
+			return fmt.Errorf("table %s: %w", tf.table, err)
+		}
 		// The first SIGINT or SIGTERM ends the input: the records read so
 		// far are committed and the run exits 0. A second one kills.
 		if ksrc, err = kf.open(ctx, dec, ctx.Done()); err != nil {
@@ -382,7 +396,7 @@ type specFlags struct {
 }
 
 func (f *specFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.schema, "schema", "", "Iceberg schema `FILE` (the spec's JSON form); required to create the table")
+	fs.StringVar(&f.schema, "schema", "", "Iceberg schema `FILE` (the spec's JSON form); required to create the table, except with --format debezium-avro (from the registry's TOPIC-value and TOPIC-key)")
 	fs.StringVar(&f.partition, "partition-spec", "", "Iceberg partition spec `FILE` (JSON) for a new table; default unpartitioned")
 	fs.IntVar(&f.version, "format-version", 2, "Iceberg format `VERSION` of a new table: 2 (position-delete files) or 3 (deletion vectors)")
 	f.props = propertyFlag{}
@@ -582,7 +596,7 @@ func (in *restartableInput) run(ctx, runCtx context.Context, cfg sink.Config, sr
 // reopen opens the input again, closing the old one.
 func (in *restartableInput) reopen(ctx context.Context) (sink.Source, error) {
 	if in.kafka != nil {
-		dec, err := changelog.NewDecoder(strings.NewReader(""), in.format, in.schema, changelog.WithDebezium(in.dbz))
+		dec, err := in.kf.decoder(in.format, in.schema, in.dbz)
 		if err != nil {
 			return nil, err
 		}

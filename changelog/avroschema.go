@@ -1,0 +1,174 @@
+package changelog
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/apache/iceberg-go"
+	"github.com/hamba/avro/v2"
+)
+
+// SchemaFromDebeziumAvro derives the Iceberg schema of a table from the
+// Avro schemas of its Debezium events: value (the envelope; its after
+// record gives the columns, in order, required unless a nullable union)
+// and key (a record whose fields are the identifier fields). Types map as
+// the AvroDecoder reads them: Kafka Connect and Debezium names
+// (org.apache.kafka.connect.data.Decimal, io.debezium.time.*,
+// io.debezium.data.Uuid) and Avro logical types pick decimal(P,S), date,
+// time, timestamp, timestamptz and uuid; enums become strings. Nested
+// records, arrays and maps are refused.
+func SchemaFromDebeziumAvro(value, key string) (*iceberg.Schema, error) {
+	env, err := avro.ParseWithCache(value, "", &avro.SchemaCache{})
+	if err != nil {
+		return nil, fmt.Errorf("changelog: the value schema: %w", err)
+	}
+	rec, ok := env.(*avro.RecordSchema)
+	if !ok {
+		return nil, errors.New("changelog: the value schema is not a record (a Debezium envelope)")
+	}
+	var row *avro.RecordSchema
+	for _, f := range rec.Fields() {
+		if f.Name() != "after" && f.Name() != "before" {
+			continue
+		}
+		t := deref(f.Type())
+		if u, ok := t.(*avro.UnionSchema); ok {
+			for _, b := range u.Types() {
+				if r, ok := deref(b).(*avro.RecordSchema); ok {
+					t = r
+				}
+			}
+		}
+		if r, ok := t.(*avro.RecordSchema); ok {
+			row = r
+			break
+		}
+	}
+	if row == nil || !hasField(rec, "op") {
+		return nil, fmt.Errorf("changelog: the value schema %s is not a Debezium envelope (no op, or no before/after record)", rec.FullName())
+	}
+	ks, err := avro.ParseWithCache(key, "", &avro.SchemaCache{})
+	if err != nil {
+		return nil, fmt.Errorf("changelog: the key schema: %w", err)
+	}
+	krec, ok := ks.(*avro.RecordSchema)
+	if !ok || len(krec.Fields()) == 0 {
+		return nil, errors.New("changelog: the key schema is not a record of the key columns (a table without a primary key has no upsert key)")
+	}
+	fields := make([]iceberg.NestedField, 0, len(row.Fields()))
+	ids := map[string]int{}
+	for i, f := range row.Fields() {
+		t := deref(f.Type())
+		required := true
+		if u, ok := t.(*avro.UnionSchema); ok {
+			if !u.Nullable() {
+				return nil, fmt.Errorf("changelog: column %q: a union of %d types has no Iceberg type", f.Name(), len(u.Types()))
+			}
+			_, at := u.Indices()
+			t, required = deref(u.Types()[at]), false
+		}
+		typ, err := icebergType(t)
+		if err != nil {
+			return nil, fmt.Errorf("changelog: column %q: %w", f.Name(), err)
+		}
+		fields = append(fields, iceberg.NestedField{ID: i + 1, Name: f.Name(), Type: typ, Required: required})
+		ids[f.Name()] = i + 1
+	}
+	var keys []int
+	for _, f := range krec.Fields() {
+		id, ok := ids[f.Name()]
+		if !ok {
+			return nil, fmt.Errorf("changelog: key field %q is not a column of the value schema", f.Name())
+		}
+		if !fields[id-1].Required {
+			return nil, fmt.Errorf("changelog: key column %q is optional in the value schema; Iceberg identifier fields are required", f.Name())
+		}
+		keys = append(keys, id)
+	}
+	s := iceberg.NewSchemaWithIdentifiers(0, keys, fields...)
+	if _, err := newPlan(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// icebergType maps one Avro type, as Debezium spells it, to Iceberg.
+func icebergType(s avro.Schema) (iceberg.Type, error) {
+	name := ""
+	if p, ok := s.(avro.PropertySchema); ok {
+		name, _ = p.Prop("connect.name").(string)
+	}
+	logical := avro.LogicalType("")
+	if lt, ok := s.(avro.LogicalTypeSchema); ok && lt.Logical() != nil {
+		logical = lt.Logical().Type()
+	}
+	if name == "org.apache.kafka.connect.data.Decimal" || logical == avro.Decimal {
+		prec, scale := 38, 0
+		if ls, ok := logicalDecimal(s); ok {
+			prec, scale = ls.Precision(), ls.Scale()
+		} else if p, ok := s.(avro.PropertySchema); ok {
+			params, _ := p.Prop("connect.parameters").(map[string]any)
+			if v, ok := params["scale"].(string); ok {
+				scale, _ = strconv.Atoi(v)
+			}
+			if v, ok := params["connect.decimal.precision"].(string); ok {
+				prec, _ = strconv.Atoi(v)
+			}
+		}
+		if prec < 1 || prec > 38 || scale < 0 || scale > prec {
+			return nil, fmt.Errorf("decimal(%d, %d) does not fit Iceberg's decimal (precision 1-38)", prec, scale)
+		}
+		return iceberg.DecimalTypeOf(prec, scale), nil
+	}
+	switch name {
+	case "io.debezium.time.Date", "org.apache.kafka.connect.data.Date":
+		return iceberg.DateType{}, nil
+	case "io.debezium.time.Time", "io.debezium.time.MicroTime", "io.debezium.time.NanoTime", "org.apache.kafka.connect.data.Time":
+		return iceberg.TimeType{}, nil
+	case "io.debezium.time.Timestamp", "io.debezium.time.MicroTimestamp", "io.debezium.time.NanoTimestamp", "org.apache.kafka.connect.data.Timestamp":
+		return iceberg.TimestampType{}, nil
+	case "io.debezium.time.ZonedTimestamp":
+		return iceberg.TimestampTzType{}, nil
+	case "io.debezium.data.Uuid":
+		return iceberg.UUIDType{}, nil
+	case "io.debezium.data.VariableScaleDecimal":
+		return nil, errors.New("io.debezium.data.VariableScaleDecimal (a scale per value) has no Iceberg type; set the connector's decimal.handling.mode=precise or string")
+	}
+	switch logical {
+	case avro.Date:
+		return iceberg.DateType{}, nil
+	case avro.TimeMillis, avro.TimeMicros:
+		return iceberg.TimeType{}, nil
+	case avro.TimestampMillis, avro.TimestampMicros:
+		return iceberg.TimestampTzType{}, nil
+	case avro.LocalTimestampMillis, avro.LocalTimestampMicros:
+		return iceberg.TimestampType{}, nil
+	case avro.UUID:
+		return iceberg.UUIDType{}, nil
+	}
+	switch s := s.(type) {
+	case *avro.PrimitiveSchema:
+		switch s.Type() {
+		case avro.Boolean:
+			return iceberg.BooleanType{}, nil
+		case avro.Int:
+			return iceberg.Int32Type{}, nil
+		case avro.Long:
+			return iceberg.Int64Type{}, nil
+		case avro.Float:
+			return iceberg.Float32Type{}, nil
+		case avro.Double:
+			return iceberg.Float64Type{}, nil
+		case avro.String:
+			return iceberg.StringType{}, nil
+		case avro.Bytes:
+			return iceberg.BinaryType{}, nil
+		}
+	case *avro.FixedSchema:
+		return iceberg.FixedTypeOf(s.Size()), nil
+	case *avro.EnumSchema:
+		return iceberg.StringType{}, nil
+	}
+	return nil, fmt.Errorf("an Avro %s has no column type here (nested values are not supported yet)", s.Type())
+}
