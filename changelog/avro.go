@@ -45,6 +45,7 @@ type AvroDecoder struct {
 	values  map[int]*avroEnvelope
 	keys    map[int]*avroRow
 	r       *avro.Reader
+	evolve  bool
 	changes [2]deltawriter.Change
 	slab    rowSlab
 }
@@ -67,6 +68,29 @@ func NewAvroDecoder(schema *iceberg.Schema, reg Schemas) (*AvroDecoder, error) {
 		keys:   make(map[int]*avroRow),
 		r:      avro.NewReader(nil, 0),
 	}, nil
+}
+
+// SetEvolution turns schema evolution on or off: on, a record whose schema
+// has a column the table lacks, a wider numeric type or an optional field
+// for a required column is reported as a *SchemaChangeError (not the
+// record's fault) instead of decoded against the table's schema.
+func (d *AvroDecoder) SetEvolution(on bool) {
+	d.evolve = on
+	clear(d.values)
+	clear(d.keys)
+}
+
+// SetSchema makes the decoder decode rows of schema from now on (the
+// table's schema after it evolved).
+func (d *AvroDecoder) SetSchema(schema *iceberg.Schema) error {
+	p, err := newPlan(schema)
+	if err != nil {
+		return err
+	}
+	d.plan, d.slab = p, rowSlab{}
+	clear(d.values)
+	clear(d.keys)
+	return nil
 }
 
 // avroEnvelope is the decoding plan of one Debezium envelope schema.
@@ -94,6 +118,9 @@ type avroRow struct {
 	fields []avroField
 	has    []bool // per table column: the record has a field for it
 	err    error  // the record cannot fill the table (a field names no column)
+	// change: with evolution, how the record's fields differ from the
+	// table's columns.
+	change *SchemaChangeError
 }
 
 // avroField is one field of a row record: its column and, per union
@@ -124,7 +151,10 @@ func (d *AvroDecoder) DecodeKeyedMessage(key, msg []byte) (rec Record, skip bool
 	if err != nil {
 		var fe *fieldError
 		var me *MessageError
+		var sc *SchemaChangeError
 		switch {
+		case errors.As(err, &sc):
+			err = sc // not the record's fault
 		case errors.As(err, &me):
 		case errors.As(err, &fe):
 			err = &MessageError{Field: fe.field, Err: fe.err}
@@ -360,6 +390,9 @@ func deref(s avro.Schema) avro.Schema {
 func (d *AvroDecoder) compileRow(rec *avro.RecordSchema) *avroRow {
 	rp := &avroRow{has: make([]bool, len(d.plan.cols))}
 	for _, f := range rec.Fields() {
+		if d.evolve {
+			d.diff(rp, f)
+		}
 		i, ok := d.plan.byName[f.Name()]
 		if !ok {
 			if rp.err == nil {
@@ -383,6 +416,29 @@ func (d *AvroDecoder) compileRow(rec *avro.RecordSchema) *avroRow {
 		rp.fields = append(rp.fields, af)
 	}
 	return rp
+}
+
+// diff records in rp how field f differs from the table's column.
+func (d *AvroDecoder) diff(rp *avroRow, f *avro.Field) {
+	t := deref(f.Type())
+	nullable := false
+	if u, ok := t.(*avro.UnionSchema); ok {
+		if !u.Nullable() {
+			return
+		}
+		_, at := u.Indices()
+		t, nullable = deref(u.Types()[at]), true
+	}
+	typ, err := icebergType(t)
+	if err != nil {
+		return // a field the row decoder names, if not a column
+	}
+	if ev, ok := d.plan.schemaDiff(f.Name(), typ, nullable); ok {
+		if rp.change == nil {
+			rp.change = &SchemaChangeError{}
+		}
+		rp.change.Columns = append(rp.change.Columns, ev)
+	}
 }
 
 // avroEncoding is how Avro schema s spells values of column c: the Kafka
@@ -439,6 +495,9 @@ func logicalDecimal(s avro.Schema) (*avro.DecimalLogicalSchema, bool) {
 
 // row decodes a record of plan rp at the reader's position.
 func (d *AvroDecoder) row(rp *avroRow, where string, full bool) ([]any, error) {
+	if rp.change != nil {
+		return nil, rp.change
+	}
 	if rp.err != nil {
 		var fe *fieldError
 		if errors.As(rp.err, &fe) {

@@ -3,7 +3,6 @@ package changelog
 import (
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/apache/iceberg-go"
 	"github.com/hamba/avro/v2"
@@ -103,37 +102,25 @@ func icebergType(s avro.Schema) (iceberg.Type, error) {
 	if lt, ok := s.(avro.LogicalTypeSchema); ok && lt.Logical() != nil {
 		logical = lt.Logical().Type()
 	}
-	if name == "org.apache.kafka.connect.data.Decimal" || logical == avro.Decimal {
-		prec, scale := 38, 0
-		if ls, ok := logicalDecimal(s); ok {
-			prec, scale = ls.Precision(), ls.Scale()
-		} else if p, ok := s.(avro.PropertySchema); ok {
-			params, _ := p.Prop("connect.parameters").(map[string]any)
-			if v, ok := params["scale"].(string); ok {
-				scale, _ = strconv.Atoi(v)
-			}
-			if v, ok := params["connect.decimal.precision"].(string); ok {
-				prec, _ = strconv.Atoi(v)
-			}
-		}
+	if logical == avro.Decimal {
+		ls, _ := logicalDecimal(s)
+		prec, scale := ls.Precision(), ls.Scale()
 		if prec < 1 || prec > 38 || scale < 0 || scale > prec {
 			return nil, fmt.Errorf("decimal(%d, %d) does not fit Iceberg's decimal (precision 1-38)", prec, scale)
 		}
 		return iceberg.DecimalTypeOf(prec, scale), nil
 	}
-	switch name {
-	case "io.debezium.time.Date", "org.apache.kafka.connect.data.Date":
-		return iceberg.DateType{}, nil
-	case "io.debezium.time.Time", "io.debezium.time.MicroTime", "io.debezium.time.NanoTime", "org.apache.kafka.connect.data.Time":
-		return iceberg.TimeType{}, nil
-	case "io.debezium.time.Timestamp", "io.debezium.time.MicroTimestamp", "io.debezium.time.NanoTimestamp", "org.apache.kafka.connect.data.Timestamp":
-		return iceberg.TimestampType{}, nil
-	case "io.debezium.time.ZonedTimestamp":
-		return iceberg.TimestampTzType{}, nil
-	case "io.debezium.data.Uuid":
-		return iceberg.UUIDType{}, nil
-	case "io.debezium.data.VariableScaleDecimal":
-		return nil, errors.New("io.debezium.data.VariableScaleDecimal (a scale per value) has no Iceberg type; set the connector's decimal.handling.mode=precise or string")
+	params := map[string]string{}
+	if p, ok := s.(avro.PropertySchema); ok {
+		raw, _ := p.Prop("connect.parameters").(map[string]any)
+		for k, v := range raw {
+			if sv, ok := v.(string); ok {
+				params[k] = sv
+			}
+		}
+	}
+	if t, ok, err := namedType(name, params); ok || err != nil {
+		return t, err
 	}
 	switch logical {
 	case avro.Date:

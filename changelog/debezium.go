@@ -88,12 +88,14 @@ type connectField struct {
 	Field      string            `json:"field"`
 	Parameters map[string]string `json:"parameters"`
 	Fields     []connectField    `json:"fields"`
+	Optional   bool              `json:"optional"`
 }
 
 // useSchema makes the columns follow the Kafka Connect schema raw (the
 // envelope's "schema" member). It reports whether the encodings changed.
 // A schema seen on the line before is not parsed again.
 func (d *Decoder) useSchema(raw []byte) (changed bool, err error) {
+	d.lineSchema = true
 	if d.schemaRaw != nil && bytes.Equal(raw, d.schemaRaw) {
 		return false, nil
 	}
@@ -119,6 +121,10 @@ func (d *Decoder) useSchema(raw []byte) (changed bool, err error) {
 			}
 			c.enc, c.encScale = enc, scale
 		}
+	}
+	d.change = nil
+	if d.evolve {
+		d.change = d.plan.connectDiff(env)
 	}
 	changed = false
 	for i := range cols {
@@ -173,7 +179,7 @@ func (d *Decoder) dropSchema() bool {
 			changed = true
 		}
 	}
-	d.cols, d.schemaRaw = d.base, nil
+	d.cols, d.schemaRaw, d.change = d.base, nil, nil
 	return changed
 }
 

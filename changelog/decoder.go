@@ -65,6 +65,14 @@ type Decoder struct {
 	consumed  int64  // bytes of the lines consumed
 	msgKey    []byte // the Kafka record key of the message being decoded
 	keyed     bool   // decoding a message that may have a record key
+	opts      []Option
+	// Evolution (WithEvolution): the line's Connect schema differs from the
+	// table's as change says; again is a line to decode again after
+	// SetSchema.
+	evolve     bool
+	change     *SchemaChangeError
+	lineSchema bool // the line being decoded has a Connect schema
+	again      []byte
 }
 
 // identityBytes is how much of the input's head Identity covers.
@@ -110,12 +118,32 @@ func NewDecoder(r io.Reader, format Format, schema *iceberg.Schema, opts ...Opti
 		seen:    make([]uint32, len(p.cols)),
 	}
 	d.cols = d.base
+	d.opts = opts
 	for _, o := range opts {
 		if err := o(d); err != nil {
 			return nil, err
 		}
 	}
 	return d, nil
+}
+
+// SetSchema makes the decoder decode rows of schema from now on (the
+// table's schema after it evolved), keeping its options. A line refused
+// with a *SchemaChangeError is decoded again by the next call to Next.
+func (d *Decoder) SetSchema(schema *iceberg.Schema) error {
+	p, err := newPlan(schema)
+	if err != nil {
+		return err
+	}
+	d.plan, d.base = p, slices.Clone(p.cols)
+	d.cols, d.seen, d.stamp = d.base, make([]uint32, len(p.cols)), 0
+	d.schemaRaw, d.change, d.slab = nil, nil, rowSlab{}
+	for _, o := range d.opts {
+		if err := o(d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Line returns the number of input lines consumed so far (decoded, skipped
@@ -146,14 +174,23 @@ func (d *Decoder) IdentityOf(n int) string {
 // wrapped and repeat on every later call.
 func (d *Decoder) Next() (Record, error) {
 	for {
-		line, err := d.readLine()
-		if err != nil {
-			return Record{}, err
-		}
-		if d.line == 1 {
-			line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf")) // a UTF-8 byte order mark
+		var line []byte
+		if d.again != nil {
+			line, d.again = d.again, nil
+		} else {
+			var err error
+			if line, err = d.readLine(); err != nil {
+				return Record{}, err
+			}
+			if d.line == 1 {
+				line = bytes.TrimPrefix(line, []byte("\xef\xbb\xbf")) // a UTF-8 byte order mark
+			}
 		}
 		rec, skip, err := d.decode(line)
+		var sc *SchemaChangeError
+		if errors.As(err, &sc) {
+			d.again = append([]byte(nil), line...)
+		}
 		if err != nil {
 			return Record{}, d.lineErr(err)
 		}
@@ -203,6 +240,10 @@ func (d *Decoder) DecodeKeyedMessage(key, msg []byte) (rec Record, skip bool, er
 		return Record{}, false, &MessageError{Err: kindErrf(ErrLineTooLong, "message longer than %d bytes", d.maxLine)}
 	}
 	rec, skip, err = d.decode(msg)
+	var sc *SchemaChangeError
+	if errors.As(err, &sc) {
+		return Record{}, false, sc // not the message's fault
+	}
 	if err != nil {
 		var fe *fieldError
 		if errors.As(err, &fe) {
@@ -503,6 +544,7 @@ func (d *Decoder) debeziumLine() (rec Record, skip bool, err error) {
 	}
 	start := s.pos
 	var top, pay envelope
+	d.lineSchema = false
 	err = d.envelope(&top, &pay)
 	if err != nil && !top.haveSchema && bytes.Contains(s.buf[start:], []byte(`"schema"`)) {
 		// A row may have failed for want of a schema further on: decode
@@ -512,6 +554,9 @@ func (d *Decoder) debeziumLine() (rec Record, skip bool, err error) {
 			top, pay = envelope{}, envelope{}
 			err = d.envelope(&top, &pay)
 		}
+	}
+	if d.evolve && d.lineSchema && d.change != nil {
+		return Record{}, false, d.change
 	}
 	if err != nil {
 		return Record{}, false, err

@@ -487,7 +487,9 @@ func (c *Committer) Commit(ctx context.Context, epoch uint64, payloads []Payload
 		return res, err
 	}
 	for attempt := 0; ; attempt++ {
-		if c.stale {
+		if c.stale || !knowsSchemas(c.tbl.Metadata(), payloads) {
+			// (A payload written after a schema change names a schema a
+			// table loaded before it lacks.)
 			if err := c.Refresh(ctx); err != nil {
 				return res, err
 			}
@@ -730,6 +732,16 @@ func oneVectorPerFile(payloads []Payload) error {
 		}
 	}
 	return nil
+}
+
+// knowsSchemas reports whether meta holds the schema of every payload.
+func knowsSchemas(meta table.Metadata, payloads []Payload) bool {
+	for i := range payloads {
+		if _, _, err := payloadSchema(meta, &payloads[i]); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func payloadSchema(meta table.Metadata, p *Payload) (*iceberg.Schema, *iceberg.PartitionSpec, error) {

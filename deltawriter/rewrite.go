@@ -90,7 +90,8 @@ func (w *Writer) rewriteFile(ctx context.Context, ln *lane, fi *fileInfo, delete
 	defer rr.Release()
 
 	path := w.newPath(ln, "data")
-	dst, err := createParquetFile(w.fs, w.enc, path, w.arrow, w.dataProps, w.opts.BatchRows, w.opts.RowGroupBytes)
+	fs := fi.schema
+	dst, err := createParquetFile(w.fs, w.enc, path, fs.arrow, fs.props, w.opts.BatchRows, w.opts.RowGroupBytes)
 	if err != nil {
 		return fmt.Errorf("deltawriter: %w", err)
 	}
@@ -105,7 +106,7 @@ func (w *Writer) rewriteFile(ctx context.Context, ln *lane, fi *fileInfo, delete
 			dst.abort(w.fs)
 			return fmt.Errorf("deltawriter: rewriting %s: reading: %w", fi.path, err)
 		}
-		kept, err := w.liveRows(rec, pos, deleted, &next)
+		kept, err := liveRows(fs.arrow, rec, pos, deleted, &next)
 		pos += rec.NumRows()
 		if err == nil {
 			err = dst.appendRecord(kept)
@@ -132,7 +133,7 @@ func (w *Writer) rewriteFile(ctx context.Context, ln *lane, fi *fileInfo, delete
 		if err != nil {
 			return fmt.Errorf("deltawriter: %w", err)
 		}
-		if err := w.finish(ln, commit.DataFile, path, md, size, w.schema); err != nil {
+		if err := w.finish(ln, commit.DataFile, path, md, size, fs.schema); err != nil {
 			return err
 		}
 		w.done[fi.done] = w.done[len(w.done)-1]
@@ -145,19 +146,19 @@ func (w *Writer) rewriteFile(ctx context.Context, ln *lane, fi *fileInfo, delete
 }
 
 // liveRows returns the rows of rec (whose first row is at position pos of
-// its file) that are not deleted, as a record of the writer's Arrow
-// schema. *next indexes the first entry of deleted at or after pos.
-func (w *Writer) liveRows(rec arrow.RecordBatch, pos int64, deleted []uint32, next *int) (arrow.RecordBatch, error) {
+// its file) that are not deleted, as a record of the file's Arrow schema
+// asc. *next indexes the first entry of deleted at or after pos.
+func liveRows(asc *arrow.Schema, rec arrow.RecordBatch, pos int64, deleted []uint32, next *int) (arrow.RecordBatch, error) {
 	n := rec.NumRows()
-	if int(rec.NumCols()) != len(w.arrow.Fields()) {
-		return nil, fmt.Errorf("%d columns, the table has %d", rec.NumCols(), len(w.arrow.Fields()))
+	if int(rec.NumCols()) != len(asc.Fields()) {
+		return nil, fmt.Errorf("%d columns, the table has %d", rec.NumCols(), len(asc.Fields()))
 	}
 	for i, c := range rec.Columns() {
-		if !arrow.TypeEqual(c.DataType(), w.arrow.Field(i).Type) {
-			return nil, fmt.Errorf("column %s reads back as %s, written as %s", w.arrow.Field(i).Name, c.DataType(), w.arrow.Field(i).Type)
+		if !arrow.TypeEqual(c.DataType(), asc.Field(i).Type) {
+			return nil, fmt.Errorf("column %s reads back as %s, written as %s", asc.Field(i).Name, c.DataType(), asc.Field(i).Type)
 		}
 	}
-	same := array.NewRecordBatch(w.arrow, rec.Columns(), n)
+	same := array.NewRecordBatch(asc, rec.Columns(), n)
 	if *next >= len(deleted) || int64(deleted[*next]) >= pos+n {
 		return same, nil // nothing deleted in this batch
 	}
@@ -182,7 +183,7 @@ func (w *Writer) liveRows(rec arrow.RecordBatch, pos int64, deleted []uint32, ne
 	case 1:
 		return same.NewSlice(ranges[0][0], ranges[0][1]), nil // no copy
 	}
-	cols := make([]arrow.Array, len(w.arrow.Fields()))
+	cols := make([]arrow.Array, len(asc.Fields()))
 	defer func() {
 		for _, c := range cols {
 			if c != nil {
@@ -204,9 +205,9 @@ func (w *Writer) liveRows(rec arrow.RecordBatch, pos int64, deleted []uint32, ne
 			p.Release()
 		}
 		if err != nil {
-			return nil, fmt.Errorf("column %s: %w", w.arrow.Field(i).Name, err)
+			return nil, fmt.Errorf("column %s: %w", asc.Field(i).Name, err)
 		}
 		cols[i] = out
 	}
-	return array.NewRecordBatch(w.arrow, cols, kept), nil
+	return array.NewRecordBatch(asc, cols, kept), nil
 }

@@ -212,6 +212,8 @@ type Stats struct {
 	// IndexRebuildDeleteRereads counts the delete files a rebuild read
 	// again for each data file, being too large to keep within the budget.
 	IndexRebuildDeleteRereads int
+	// SchemaChanges counts the schema changes Evolve took.
+	SchemaChanges int
 	// IndexForeignRebuilds counts the key index rebuilds Follow did after
 	// other writers changed the table's rows (their rows are counted in
 	// IndexRebuildRows).
@@ -244,6 +246,7 @@ type Writer struct {
 	check     rowChecker
 	part      *partitioner
 	arrow     *arrow.Schema
+	cur       *fileSchema // schema, arrow and dataProps, for new data files
 	eqSchema  *iceberg.Schema
 	eqArrow   *arrow.Schema
 	dataProps *parquet.WriterProperties
@@ -278,10 +281,11 @@ type Writer struct {
 type fileInfo struct {
 	path    string
 	lane    *lane
-	done    int   // index of the file in Writer.done once closed, else -1
-	rows    int64 // rows, once closed
-	deleted int64 // position deletes of its rows in the window
-	flushed bool  // some of them are in a position-delete file already
+	schema  *fileSchema // the schema its rows were written with
+	done    int         // index of the file in Writer.done once closed, else -1
+	rows    int64       // rows, once closed
+	deleted int64       // position deletes of its rows in the window
+	flushed bool        // some of them are in a position-delete file already
 	// moved: PrepareCommit rewrote the file without the dropped rows
 	// (sorted positions) into newPath ("" when no row was left).
 	moved   bool
@@ -400,6 +404,7 @@ func New(ctx context.Context, tbl *table.Table, opts Options) (*Writer, error) {
 		index:     index,
 		enc:       newEncoder(),
 	}
+	w.cur = &fileSchema{schema: schema, arrow: asc, props: w.dataProps}
 	w.resetWindow()
 	if opts.DeleteMode == DeleteByPosition {
 		if err := w.openTableIndex(ctx, tbl); err != nil {
@@ -673,7 +678,7 @@ func (w *Writer) appendRow(ln *lane, row []any) (dedup.Ref, error) {
 		}
 		ln.data = f
 		ln.dataOrd = uint32(len(w.files))
-		w.files = append(w.files, &fileInfo{path: path, lane: ln, done: -1})
+		w.files = append(w.files, &fileInfo{path: path, lane: ln, done: -1, schema: w.cur})
 	}
 	pos, err := ln.data.appendRow(row, nil)
 	if err != nil {
@@ -777,10 +782,10 @@ func (w *Writer) closeData(ln *lane) error {
 	if err != nil {
 		return fmt.Errorf("deltawriter: %w", err)
 	}
-	if err := w.finish(ln, commit.DataFile, f.path, md, size, w.schema); err != nil {
+	fi := w.files[ln.dataOrd]
+	if err := w.finish(ln, commit.DataFile, f.path, md, size, fi.schema.schema); err != nil {
 		return err
 	}
-	fi := w.files[ln.dataOrd]
 	fi.done, fi.rows = len(w.done)-1, md.NumRows
 	return nil
 }
@@ -1049,6 +1054,73 @@ func (w *Writer) DeleteMode() DeleteMode { return w.opts.DeleteMode }
 
 // Schema returns the table schema the writer writes.
 func (w *Writer) Schema() *iceberg.Schema { return w.schema }
+
+// fileSchema is the schema a data file's rows are written with.
+type fileSchema struct {
+	schema *iceberg.Schema
+	arrow  *arrow.Schema
+	props  *parquet.WriterProperties
+}
+
+// Evolve makes the writer take rows of schema from the next change on:
+// the table's schema after columns were added at the end, widened or made
+// optional (the caller changed the table first). The window stays open
+// and exact: its files written so far keep their schema (Iceberg reads
+// them by field id), and each partition's open data file is closed, so
+// that a file holds rows of one schema. The key columns and the
+// partition source columns must keep their ids and types.
+func (w *Writer) Evolve(ctx context.Context, schema *iceberg.Schema) error {
+	if w.err != nil {
+		return w.err
+	}
+	if err := sameColumns(w.schema, schema, w.schema.IdentifierFieldIDs, "key"); err != nil {
+		return err
+	}
+	if !slices.Equal(w.schema.IdentifierFieldIDs, schema.IdentifierFieldIDs) {
+		return fmt.Errorf("deltawriter: the key columns changed (ids %v, now %v); a table's key cannot change under a running sink", w.schema.IdentifierFieldIDs, schema.IdentifierFieldIDs)
+	}
+	var sources []int
+	for _, pf := range w.spec.Fields() {
+		sources = append(sources, pf.SourceID())
+	}
+	if err := sameColumns(w.schema, schema, sources, "partition source"); err != nil {
+		return err
+	}
+	part, err := newPartitioner(schema, w.spec)
+	if err != nil {
+		return fmt.Errorf("deltawriter: %w", err)
+	}
+	asc, err := table.SchemaToArrowSchema(schema, nil, true, false)
+	if err != nil {
+		return fmt.Errorf("deltawriter: %w", err)
+	}
+	for _, ln := range w.lanes {
+		if ln.data != nil {
+			if err := w.closeData(ln); err != nil {
+				return w.fail(err)
+			}
+		}
+	}
+	w.schema, w.arrow, w.part = schema, asc, part
+	w.dataProps = WriterProperties(w.props, asc)
+	w.check = rowChecker{fields: schema.Fields()}
+	w.cur = &fileSchema{schema: schema, arrow: asc, props: w.dataProps}
+	w.stats.SchemaChanges++
+	return nil
+}
+
+// sameColumns reports a column of ids whose type differs between old and
+// new.
+func sameColumns(old, new *iceberg.Schema, ids []int, what string) error {
+	for _, id := range ids {
+		a, ok1 := old.FindFieldByID(id)
+		b, ok2 := new.FindFieldByID(id)
+		if !ok1 || !ok2 || !a.Type.Equals(b.Type) || a.Name != b.Name {
+			return fmt.Errorf("deltawriter: %s column %d changed (%v -> %v); it cannot change under a running sink", what, id, a, b)
+		}
+	}
+	return nil
+}
 
 // failpoint calls Options.Failpoint.
 func (w *Writer) failpoint(name string) {

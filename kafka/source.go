@@ -23,6 +23,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/apache/iceberg-go"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -87,6 +88,9 @@ type Config struct {
 	// changes the decoder passes (deltawriter.Validator checks them the
 	// same way), and only the source still knows the record.
 	Check func(changelog.Record) error
+	// CheckSchema, when set, is told the table's schema when it changes
+	// (SetSchema), so that Check follows it.
+	CheckSchema func(*iceberg.Schema) error
 	// Security is how to reach a secured cluster (TLS, SASL).
 	Security Security
 	// Options are further franz-go client options.
@@ -128,6 +132,26 @@ type Source struct {
 	// wantBarrier is set by RequestBarrier; wake interrupts a poll.
 	wantBarrier atomic.Bool
 	wake        chan struct{}
+}
+
+// SetSchema makes the decoder (when it follows schemas: changelog.Decoder,
+// changelog.AvroDecoder) and Check decode and check rows of schema from
+// now on: the table's schema after it changed. The record that reported
+// the change is read again by the next call to Next.
+func (s *Source) SetSchema(schema *iceberg.Schema) error {
+	d, ok := s.dec.(interface {
+		SetSchema(*iceberg.Schema) error
+	})
+	if !ok {
+		return errors.New("kafka: the source's decoder cannot change its schema")
+	}
+	if err := d.SetSchema(schema); err != nil {
+		return err
+	}
+	if s.cfg.CheckSchema != nil {
+		return s.cfg.CheckSchema(schema)
+	}
+	return nil
 }
 
 // Open connects to the brokers; reading starts at Seek.

@@ -2,11 +2,16 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/apache/iceberg-go"
+	"github.com/icesink/icesink/changelog"
+	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/coordinator"
 	"github.com/icesink/icesink/deltawriter"
 )
@@ -22,6 +27,9 @@ type batch struct {
 	inputID string
 	offsets map[string]string // an OffsetSource's position at the checkpoint
 	final   bool
+	// schema, when set, is the table's evolved schema: the writer takes it
+	// before the batch's changes.
+	schema *iceberg.Schema
 }
 
 const batchSize = 1024
@@ -117,15 +125,56 @@ func routeInput(ctx context.Context, cfg Config, src Source, writers []*writer, 
 		report()
 		return nil
 	}
+	evolvedLast := false // the last Next ended in a schema change
+	// evolve changes the table's schema as the source asks and hands the
+	// new schema to every writer, after the changes routed before.
+	evolve := func(decodeErr error, sc *changelog.SchemaChangeError) error {
+		setter, ok := src.(SchemaSetter)
+		if !cfg.EvolveSchema || !ok {
+			return decodeErr
+		}
+		if evolvedLast {
+			// The decoder still refuses what the new schema holds.
+			return fmt.Errorf("sink: the table's schema changed, and the events still differ from it: %w", decodeErr)
+		}
+		evolvedLast = true
+		tbl, err := commit.EvolveSchema(ctx, cfg.Loader, cfg.Ident, sc.Columns)
+		if err != nil {
+			return fmt.Errorf("%w (%v)", err, decodeErr)
+		}
+		schema := tbl.Schema()
+		for i := range writers {
+			if len(pending[i].changes) > 0 || pending[i].schema != nil {
+				if err := send(i); err != nil {
+					return err
+				}
+			}
+			pending[i].schema = schema
+		}
+		if err := setter.SetSchema(schema); err != nil {
+			return err
+		}
+		res.SchemaChanges++
+		cfg.Logger.Info("the table's schema follows the events", "table", strings.Join(cfg.Ident, "."), "schema-id", schema.ID, "change", sc.Error())
+		return nil
+	}
 	began := time.Now()
 	for {
 		rec, err := src.Next()
 		if err == io.EOF {
 			break
 		}
+		var sc *changelog.SchemaChangeError
+		if errors.As(err, &sc) {
+			if err := evolve(err, sc); err != nil {
+				return err
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
+		evolvedLast = false
 		res.Line = rec.Line
 		res.Elapsed = time.Since(began)
 		if rec.Barrier {

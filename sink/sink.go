@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -73,6 +74,13 @@ type partitionedSource interface {
 	PartitionVnodes() int
 	// Vnode is the vnode of the record Next returned last.
 	Vnode() int
+}
+
+// SchemaSetter is a Source whose decoding follows the table's schema
+// (changelog.Decoder, kafka.Source): after SetSchema its Next decodes the
+// input the last *changelog.SchemaChangeError refused again.
+type SchemaSetter interface {
+	SetSchema(schema *iceberg.Schema) error
 }
 
 // barrierSource is a source that can end a checkpoint when asked (a Kafka
@@ -174,6 +182,15 @@ type Config struct {
 	// Timeouts bound the coordinator's waits; zero fields take their
 	// defaults.
 	Timeouts Timeouts
+	// EvolveSchema makes the table follow the events' schema: when the
+	// source reports a *changelog.SchemaChangeError (a decoder with
+	// evolution on), the table's schema is changed (commit.EvolveSchema:
+	// columns added, widened, made optional) in a commit of its own before
+	// any row that needs it, every writer switches to it in its open
+	// window, and the source (a SchemaSetter) decodes the same input again.
+	// A change Iceberg cannot express stops the run naming the column.
+	// Off: the error stops the run.
+	EvolveSchema bool
 	// Logger receives the coordinator's log: its decisions (joins, epochs
 	// committed, writers that left, aborts) at Debug level, failures at
 	// Warn and Error. Default slog.Default().
@@ -284,6 +301,9 @@ type Result struct {
 	// (Config.Compaction); Compacted sums what they did.
 	Compactions int
 	Compacted   commit.Compacted
+	// SchemaChanges counts the changes of the table's schema the run
+	// made (Config.EvolveSchema).
+	SchemaChanges int
 }
 
 // Run writes src into the table. It starts the coordinator (or joins

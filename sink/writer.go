@@ -50,6 +50,11 @@ type writer struct {
 
 func (w *writer) run(ctx context.Context) error {
 	for b := range w.in {
+		if b.schema != nil {
+			if err := w.dw.Evolve(ctx, b.schema); err != nil {
+				return err
+			}
+		}
 		for i, ch := range b.changes {
 			if err := w.dw.Write(ctx, ch); err != nil {
 				if errors.Is(err, deltawriter.ErrBadChange) {

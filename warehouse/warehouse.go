@@ -244,12 +244,19 @@ type TableSpec struct {
 
 // LoadOrCreate loads the table ident, creating it (and its namespace) from
 // spec when absent. When the table exists and spec.Schema is set, the
-// schemas must match (fields and identifier fields).
+// schemas must match (fields and identifier fields), or spec.Schema be one
+// the table's schema evolved from.
 func (w *Warehouse) LoadOrCreate(ctx context.Context, ident table.Identifier, spec TableSpec) (*table.Table, bool, error) {
 	tbl, err := w.Catalog.LoadTable(ctx, ident)
 	if err == nil {
 		if spec.Schema != nil {
-			if diff := schemaDiff(tbl.Schema(), spec.Schema); diff != "" {
+			diff := schemaDiff(tbl.Schema(), spec.Schema)
+			for _, old := range tbl.Metadata().Schemas() {
+				if diff != "" && schemaDiff(old, spec.Schema) == "" {
+					diff = "" // the table evolved from the given schema
+				}
+			}
+			if diff != "" {
 				return nil, false, fmt.Errorf("table %s exists with another schema than the given one:\n%s", strings.Join(ident, "."), diff)
 			}
 		}

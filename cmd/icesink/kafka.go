@@ -46,6 +46,7 @@ type kafkaFlags struct {
 	// whose changes the writers would refuse are the source's bad records.
 	schema *iceberg.Schema
 	spec   iceberg.PartitionSpec
+	evolve bool // decoders report schema changes (--evolve-schema)
 }
 
 func (f *kafkaFlags) register(fs *flag.FlagSet) {
@@ -178,9 +179,14 @@ func (f *kafkaFlags) registrySchema(ctx context.Context) (*iceberg.Schema, error
 // decoder returns a decoder of format for the records of the topic.
 func (f *kafkaFlags) decoder(format changelog.Format, schema *iceberg.Schema, dbz changelog.DebeziumOptions) (kafka.Decoder, error) {
 	if format == changelog.DebeziumAvro {
-		return changelog.NewAvroDecoder(schema, f.registry)
+		d, err := changelog.NewAvroDecoder(schema, f.registry)
+		if err != nil {
+			return nil, err
+		}
+		d.SetEvolution(f.evolve)
+		return d, nil
 	}
-	return changelog.NewDecoder(strings.NewReader(""), format, schema, changelog.WithDebezium(dbz))
+	return changelog.NewDecoder(strings.NewReader(""), format, schema, decoderOptions(dbz, f.evolve)...)
 }
 
 // saslPasswordEnv is the environment variable the SASL password is read
@@ -217,6 +223,13 @@ func (f *kafkaFlags) open(ctx context.Context, dec kafka.Decoder, stop <-chan st
 				}
 			}
 			return nil
+		}
+		cfg.CheckSchema = func(schema *iceberg.Schema) error {
+			nv, err := deltawriter.NewValidator(schema, f.spec)
+			if err == nil {
+				v = nv
+			}
+			return err
 		}
 	}
 	if f.grouped() {

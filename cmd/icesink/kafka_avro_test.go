@@ -183,6 +183,18 @@ func TestKafkaAvroMatchesJSON(t *testing.T) {
 		"--format", "debezium-json", "--input", jsonFile, "--quiet"); code != 0 {
 		t.Fatalf("JSON run: exit %d\n%s", code, stderr)
 	}
+	// A table created with the source's first schema follows it: "note"
+	// is added when the first event of the second schema arrives.
+	v1File := filepath.Join(dir, "v1.json")
+	b, _ = v1.MarshalJSON()
+	if err := os.WriteFile(v1File, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args[4] = "db.evolved"
+	if _, stderr, code := icesink(t, append(args, "--schema", v1File)...); code != 0 {
+		t.Fatalf("Avro run into a table of the first schema: exit %d\n%s", code, stderr)
+	}
+	gotEvolved, _, _ := icesink(t, "scan", "--warehouse", wh, "--table", "db.evolved")
 	gotAvro, _, _ := icesink(t, "scan", "--warehouse", wh, "--table", "db.avro")
 	gotJSON, _, _ := icesink(t, "scan", "--warehouse", wh, "--table", "db.json")
 	live := 0
@@ -193,6 +205,9 @@ func TestKafkaAvroMatchesJSON(t *testing.T) {
 	}
 	if n := strings.Count(gotAvro, "\n"); gotAvro != gotJSON || n != live {
 		t.Fatalf("the Avro table (%d rows) differs from the JSON one (%d rows; %d live keys)", n, strings.Count(gotJSON, "\n"), live)
+	}
+	if gotEvolved != gotJSON {
+		t.Fatal("the table evolved from the first schema differs from the JSON one")
 	}
 	if !strings.Contains(gotAvro, "✓") {
 		t.Fatal("no note of the second schema reached the table")

@@ -81,6 +81,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	coordAddr := fs.String("coordinator", "", "join the coordinator at `HOST:PORT` (gRPC) instead of starting one in process")
 	vnodesFlag := fs.String("vnodes", "", "with --coordinator: the `RANGES` this writer owns, e.g. 0-127")
 	stateDir := fs.String("state-dir", "", "`DIR` for the in-process coordinator's checkpoints (default: DIR/_icesink/NS.NAME/SINK-ID)")
+	evolve := fs.Bool("evolve-schema", true, "with debezium-json events that carry a Kafka Connect schema, or debezium-avro: make the table follow the events' schema (add a new column, widen int to long, float to double, a decimal's precision; make a column optional), committed before the rows that need it; other changes stop the run naming the column. false: such events are bad records")
 	rewrite := fs.Float64("rewrite-deleted", 0, "rewrite at commit each data file of the window of which this `SHARE` of rows was deleted in it, so readers scan live rows only (0: never)")
 	spillDir := fs.String("spill-dir", "", "`DIR` for the index's spill runs (default: the OS temp dir; a private subfolder per writer)")
 	keyIndexDir := fs.String("key-index-dir", "", "`DIR` where each writer keeps its key index between runs, so that a restart on an unchanged table skips the rebuild (default: SPILL-DIR/icesink-keyindex, without --spill-dir the user's cache folder; private to the user; - for none)")
@@ -216,12 +217,12 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := deltawriter.CheckProperties(tbl.Properties()); err != nil {
 		return fmt.Errorf("table %s: %w", tf.table, err)
 	}
-	kf.schema, kf.spec = tbl.Schema(), tbl.Spec()
+	kf.schema, kf.spec, kf.evolve = tbl.Schema(), tbl.Spec(), *evolve
 	var src sink.Source
 	runCtx := ctx
 	var ksrc *kafka.Source
 	if !kf.enabled() {
-		if src, err = changelog.NewDecoder(in, fmtv, tbl.Schema(), changelog.WithDebezium(dbz)); err != nil {
+		if src, err = changelog.NewDecoder(in, fmtv, tbl.Schema(), decoderOptions(dbz, *evolve)...); err != nil {
 			return fmt.Errorf("table %s: %w", tf.table, err)
 		}
 	}
@@ -239,6 +240,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		src, runCtx = ksrc, context.WithoutCancel(ctx)
 	}
 	cfg := sink.Config{
+		EvolveSchema:   *evolve,
 		Loader:         wh.Catalog,
 		Ident:          ident,
 		SinkID:         *sinkID,
@@ -553,6 +555,15 @@ func printStats(w io.Writer, res sink.Result, p peaks, limit int64) {
 	io.WriteString(w, b.String())
 }
 
+// decoderOptions are the options of a line or JSON message decoder.
+func decoderOptions(dbz changelog.DebeziumOptions, evolve bool) []changelog.Option {
+	opts := []changelog.Option{changelog.WithDebezium(dbz)}
+	if evolve {
+		opts = append(opts, changelog.WithEvolution())
+	}
+	return opts
+}
+
 // restartableInput is a run's input that can be opened again: a file
 // (read again from its start; the sink skips the lines the table holds)
 // or a Kafka source (a new one seeks to the table's offsets).
@@ -583,6 +594,10 @@ func (in *restartableInput) run(ctx, runCtx context.Context, cfg sink.Config, sr
 			break
 		}
 		logger.Warn("another writer committed to the table while the sink was committing; starting again from the table", "err", err)
+		if tbl, lerr := cfg.Loader.LoadTable(ctx, cfg.Ident); lerr == nil {
+			in.schema = tbl.Schema() // it may have evolved
+			in.kf.schema = in.schema
+		}
 		if src, err = in.reopen(ctx); err != nil {
 			break
 		}
@@ -620,5 +635,5 @@ func (in *restartableInput) reopen(ctx context.Context) (sink.Source, error) {
 	}
 	in.file.Close()
 	in.file = f
-	return changelog.NewDecoder(f, in.format, in.schema, changelog.WithDebezium(in.dbz))
+	return changelog.NewDecoder(f, in.format, in.schema, decoderOptions(in.dbz, in.kf.evolve)...)
 }

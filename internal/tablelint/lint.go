@@ -290,15 +290,26 @@ func openParquet(fsys iceio.IO, df iceberg.DataFile, problem func(string, ...any
 }
 
 func less(a, b any) bool {
-	switch x := a.(type) {
-	case int32:
-		return x < b.(int32)
-	case int64:
-		return x < b.(int64)
-	case string:
+	if x, ok := asInt(a); ok {
+		y, _ := asInt(b)
+		return x < y
+	}
+	if x, ok := a.(string); ok {
 		return x < b.(string)
 	}
 	return false
+}
+
+// asInt widens an int32 (a column written before it became a long) or
+// int64 value.
+func asInt(v any) (int64, bool) {
+	switch x := v.(type) {
+	case int32:
+		return int64(x), true
+	case int64:
+		return x, true
+	}
+	return 0, false
 }
 
 func decode(t iceberg.Type, b []byte) any {
@@ -308,8 +319,13 @@ func decode(t iceberg.Type, b []byte) any {
 			return int32(binary.LittleEndian.Uint32(b))
 		}
 	case iceberg.Int64Type:
-		if len(b) == 8 {
+		switch len(b) {
+		case 8:
 			return int64(binary.LittleEndian.Uint64(b))
+		case 4:
+			// Written while the column was an int: the spec has readers
+			// infer the write-time type from the bound's length.
+			return int64(int32(binary.LittleEndian.Uint32(b)))
 		}
 	case iceberg.StringType:
 		return string(bytes.Clone(b))
