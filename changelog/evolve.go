@@ -68,6 +68,11 @@ func (p *plan) schemaDiff(name string, typ iceberg.Type, nullable bool) (iceberg
 		_, err := iceberg.PromoteType(typ, c.typ)
 		widen = err != nil
 	}
+	switch c.typ.(type) {
+	case iceberg.StringType, iceberg.BooleanType, iceberg.BinaryType, iceberg.UUIDType:
+		// Numbers do not fill these: a changed type, refused by name.
+		widen = widen || numeric(typ)
+	}
 	relax := nullable && c.required && !c.key
 	if !widen && !relax {
 		return ev, false

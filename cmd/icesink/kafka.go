@@ -47,6 +47,8 @@ type kafkaFlags struct {
 	schema *iceberg.Schema
 	spec   iceberg.PartitionSpec
 	evolve bool // decoders report schema changes (--evolve-schema)
+	// anyTopics: the topics come from --topic-regex too (database mode).
+	anyTopics bool
 }
 
 func (f *kafkaFlags) register(fs *flag.FlagSet) {
@@ -96,7 +98,7 @@ func (f *kafkaFlags) check(input, coordinator string, format changelog.Format) e
 		return fmt.Errorf("%w: --input and --kafka-brokers: give one input", errUsage)
 	case !f.enabled():
 		return nil
-	case f.topic == "":
+	case f.topic == "" && !f.anyTopics:
 		return fmt.Errorf("%w: --kafka-brokers needs --topic", errUsage)
 	case coordinator != "" && f.group == "":
 		return fmt.Errorf("%w: --kafka-brokers with --coordinator needs --group: the consumer group splits the partitions among the processes", errUsage)

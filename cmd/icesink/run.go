@@ -18,6 +18,7 @@ import (
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
 	"github.com/dustin/go-humanize"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/term"
@@ -66,6 +67,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	input := fs.String("input", "", "input `FILE`, or - for standard input (or --kafka-brokers)")
 	var kf kafkaFlags
 	kf.register(fs)
+	var db databaseFlags
+	db.register(fs)
 	format := fs.String("format", "changelog-json", "input format: changelog-json, debezium-json or debezium-avro (Kafka with --schema-registry)")
 	dbzDecimal := fs.String("debezium-decimal", "string", "debezium-json events without a schema: decimals as the connector's decimal.handling.mode spells them, `MODE` precise (base64) or string (events with a schema say it themselves)")
 	dbzTime := fs.String("debezium-time-unit", "", "debezium-json events without a schema: the `UNIT` of integer times and timestamps, ms, us or ns (default: integers there are refused)")
@@ -103,7 +106,10 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := parseFlagsAndConfig(fs, args, config); err != nil {
 		return err
 	}
-	if err := tf.check(); err != nil {
+	if err := db.check(&tf, &kf, &sf, *coordAddr, *format); err != nil {
+		return err
+	}
+	if err := tf.check(); err != nil && !db.enabled() {
 		return err
 	}
 	if err := warehouse.CheckName(*sinkID); err != nil {
@@ -173,9 +179,11 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return err
 	}
-	ident, err := warehouse.ParseIdent(tf.table)
-	if err != nil {
-		return fmt.Errorf("%w: --table: %v", errUsage, err)
+	var ident table.Identifier
+	if !db.enabled() {
+		if ident, err = warehouse.ParseIdent(tf.table); err != nil {
+			return fmt.Errorf("%w: --table: %v", errUsage, err)
+		}
 	}
 	spec, err := sf.spec()
 	if err != nil {
@@ -197,48 +205,6 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return err
 	}
 	defer wh.Close()
-	if spec.Schema == nil && fmtv == changelog.DebeziumAvro {
-		// A table that does not exist yet takes the schema of the events.
-		if _, err := wh.Catalog.LoadTable(ctx, ident); errors.Is(err, catalog.ErrNoSuchTable) {
-			if spec.Schema, err = kf.registrySchema(ctx); err != nil {
-				return err
-			}
-		}
-	}
-	tbl, _, err := wh.LoadOrCreate(ctx, ident, spec)
-	if err != nil {
-		return err
-	}
-	// The writer checks the table before any input is read.
-	ps := tbl.Spec()
-	if err := deltawriter.CheckTable(tbl.Schema(), &ps); err != nil {
-		return fmt.Errorf("table %s: %w", tf.table, err)
-	}
-	if err := deltawriter.CheckProperties(tbl.Properties()); err != nil {
-		return fmt.Errorf("table %s: %w", tf.table, err)
-	}
-	kf.schema, kf.spec, kf.evolve = tbl.Schema(), tbl.Spec(), *evolve
-	var src sink.Source
-	runCtx := ctx
-	var ksrc *kafka.Source
-	if !kf.enabled() {
-		if src, err = changelog.NewDecoder(in, fmtv, tbl.Schema(), decoderOptions(dbz, *evolve)...); err != nil {
-			return fmt.Errorf("table %s: %w", tf.table, err)
-		}
-	}
-	if kf.enabled() && !kf.grouped() {
-		dec, err := kf.decoder(fmtv, tbl.Schema(), dbz)
-		if err != nil {
-			return fmt.Errorf("table %s: %w", tf.table, err)
-		}
-		// The first SIGINT or SIGTERM ends the input: the records read so
-		// far are committed and the run exits 0. A second one kills.
-		if ksrc, err = kf.open(ctx, dec, ctx.Done()); err != nil {
-			return err
-		}
-		defer func() { ksrc.Close() }()
-		src, runCtx = ksrc, context.WithoutCancel(ctx)
-	}
 	cfg := sink.Config{
 		EvolveSchema:   *evolve,
 		Loader:         wh.Catalog,
@@ -256,7 +222,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		Timeouts:       timeouts,
 		InputID:        *inputID,
 	}
-	if cfg.StateDir == "" && *coordAddr == "" {
+	if cfg.StateDir == "" && *coordAddr == "" && !db.enabled() {
 		if cfg.StateDir, err = tf.localStateDir(*sinkID); err != nil {
 			return err
 		}
@@ -319,10 +285,57 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		}
 		defer stop()
 		cfg.Registerer = reg
-		if ksrc != nil {
-			if err := reg.Register(ksrc.Collector()); err != nil {
-				return fmt.Errorf("registering the Kafka source's metrics: %w", err)
+	}
+	if db.enabled() {
+		d := &database{wh: wh, base: cfg, kf: kf, format: fmtv, dbz: dbz, evolve: *evolve, spec: spec,
+			template: db.template, warehouse: tf.warehouse, stdout: stdout, stderr: stderr, quiet: *quiet, stats: *stats}
+		return d.run(ctx, db.topics(kf.topic), db.regex)
+	}
+	if spec.Schema == nil && fmtv == changelog.DebeziumAvro {
+		// A table that does not exist yet takes the schema of the events.
+		if _, err := wh.Catalog.LoadTable(ctx, ident); errors.Is(err, catalog.ErrNoSuchTable) {
+			if spec.Schema, err = kf.registrySchema(ctx); err != nil {
+				return err
 			}
+		}
+	}
+	tbl, _, err := wh.LoadOrCreate(ctx, ident, spec)
+	if err != nil {
+		return err
+	}
+	// The writer checks the table before any input is read.
+	ps := tbl.Spec()
+	if err := deltawriter.CheckTable(tbl.Schema(), &ps); err != nil {
+		return fmt.Errorf("table %s: %w", tf.table, err)
+	}
+	if err := deltawriter.CheckProperties(tbl.Properties()); err != nil {
+		return fmt.Errorf("table %s: %w", tf.table, err)
+	}
+	kf.schema, kf.spec, kf.evolve = tbl.Schema(), tbl.Spec(), *evolve
+	var src sink.Source
+	runCtx := ctx
+	var ksrc *kafka.Source
+	if !kf.enabled() {
+		if src, err = changelog.NewDecoder(in, fmtv, tbl.Schema(), decoderOptions(dbz, *evolve)...); err != nil {
+			return fmt.Errorf("table %s: %w", tf.table, err)
+		}
+	}
+	if kf.enabled() && !kf.grouped() {
+		dec, err := kf.decoder(fmtv, tbl.Schema(), dbz)
+		if err != nil {
+			return fmt.Errorf("table %s: %w", tf.table, err)
+		}
+		// The first SIGINT or SIGTERM ends the input: the records read so
+		// far are committed and the run exits 0. A second one kills.
+		if ksrc, err = kf.open(ctx, dec, ctx.Done()); err != nil {
+			return err
+		}
+		defer func() { ksrc.Close() }()
+		src, runCtx = ksrc, context.WithoutCancel(ctx)
+	}
+	if ksrc != nil && cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(ksrc.Collector()); err != nil {
+			return fmt.Errorf("registering the Kafka source's metrics: %w", err)
 		}
 	}
 	mon := startMonitor()

@@ -1,0 +1,281 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/icesink/icesink/changelog"
+	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/kafka"
+	"github.com/icesink/icesink/sink"
+	"github.com/icesink/icesink/warehouse"
+)
+
+// databaseFlags route many topics into many tables in one run: a whole
+// database's change feed (one Debezium connector, a topic per table).
+type databaseFlags struct {
+	template string
+	regex    string
+}
+
+func (f *databaseFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.template, "table-template", "", "route each topic into its own table `NS.NAME`, spelled with {topic}, {server}, {db}, {schema} and {table} taken from a Debezium topic name SERVER.SCHEMA.TABLE (e.g. inventory.{table}); the topics from --topic T1,T2,... and --topic-regex; a table that does not exist is created from the events' schema")
+	fs.StringVar(&f.regex, "topic-regex", "", "with --table-template: also every topic whose whole name matches `REGEX` when the run starts")
+}
+
+func (f *databaseFlags) enabled() bool { return f.template != "" }
+
+// check refuses what database mode cannot run, and lets the other flags'
+// checks pass without --table.
+func (f *databaseFlags) check(tf *tableFlags, kf *kafkaFlags, sf *specFlags, coordinator, format string) error {
+	if !f.enabled() {
+		if f.regex != "" {
+			return fmt.Errorf("%w: --topic-regex needs --table-template", errUsage)
+		}
+		return nil
+	}
+	switch {
+	case tf.warehouse == "":
+		return fmt.Errorf("%w: --warehouse is required", errUsage)
+	case tf.table != "":
+		return fmt.Errorf("%w: --table-template names the tables; drop --table", errUsage)
+	case sf.schema != "" || sf.partition != "":
+		return fmt.Errorf("%w: --table-template creates each table from its events' schema; drop --schema and --partition-spec", errUsage)
+	case !kf.enabled():
+		return fmt.Errorf("%w: --table-template reads Kafka topics: give --kafka-brokers", errUsage)
+	case coordinator != "" || kf.group != "":
+		return fmt.Errorf("%w: --table-template runs in one process; --coordinator and --group are not supported with it yet", errUsage)
+	case format != changelog.DebeziumJSON.String() && format != changelog.DebeziumAvro.String():
+		return fmt.Errorf("%w: --table-template needs events that carry their schema: --format debezium-json (with schemas) or debezium-avro", errUsage)
+	case kf.topic == "" && f.regex == "":
+		return fmt.Errorf("%w: --table-template needs --topic T1,T2,... or --topic-regex", errUsage)
+	}
+	if f.regex != "" {
+		if _, err := regexp.Compile(f.regex); err != nil {
+			return fmt.Errorf("%w: --topic-regex: %v", errUsage, err)
+		}
+	}
+	if _, err := tableFor(f.template, "server.schema.table"); err != nil {
+		return fmt.Errorf("%w: --table-template: %v", errUsage, err)
+	}
+	kf.anyTopics = true
+	return nil
+}
+
+// topics are the topics --topic lists.
+func (f *databaseFlags) topics(list string) []string {
+	var out []string
+	for t := range strings.SplitSeq(list, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// tableFor spells template for topic: {topic} is the whole name (dots as
+// underscores), {server}, {db} (= {schema}) and {table} its first,
+// second-to-last and last dot-separated parts.
+func tableFor(template, topic string) (table.Identifier, error) {
+	parts := strings.Split(topic, ".")
+	schema := parts[0]
+	if len(parts) >= 2 {
+		schema = parts[len(parts)-2]
+	}
+	name := strings.NewReplacer(
+		"{topic}", strings.ReplaceAll(topic, ".", "_"),
+		"{server}", parts[0],
+		"{db}", schema,
+		"{schema}", schema,
+		"{table}", parts[len(parts)-1],
+	).Replace(template)
+	ident, err := warehouse.ParseIdent(name)
+	if err != nil {
+		return nil, fmt.Errorf("topic %s gives table %q: %w", topic, name, err)
+	}
+	return ident, nil
+}
+
+// database runs one sink per topic, each into its own table, in this
+// process.
+type database struct {
+	wh        *warehouse.Warehouse
+	base      sink.Config // without Ident; Writer.MemoryLimit is the process's budget
+	kf        kafkaFlags
+	format    changelog.Format
+	dbz       changelog.DebeziumOptions
+	evolve    bool
+	spec      warehouse.TableSpec // properties of created tables
+	template  string
+	warehouse string
+	stdout    io.Writer
+	stderr    io.Writer
+	quiet     bool
+	stats     bool
+}
+
+// tableRun is what one table's sink did.
+type tableRun struct {
+	topic   string
+	ident   table.Identifier
+	res     sink.Result
+	err     error
+	skipped string // why the topic was not run
+}
+
+// run starts a sink for every topic (listed, or matching regex), all at
+// once, each with an equal share of the memory budget, waits for them
+// and reports each. A table that fails does not stop the others; the run
+// fails if one did.
+func (d *database) run(ctx context.Context, listed []string, regex string) error {
+	topics := listed
+	if regex != "" {
+		cfg := kafka.Config{Brokers: strings.Split(d.kf.brokers, ","), Security: d.kf.sec}
+		found, err := kafka.Topics(ctx, cfg, regexp.MustCompile(regex))
+		if err != nil {
+			return err
+		}
+		for _, t := range found {
+			if !slices.Contains(topics, t) {
+				topics = append(topics, t)
+			}
+		}
+	}
+	if len(topics) == 0 {
+		return fmt.Errorf("no topic matches --topic-regex %q", regex)
+	}
+	seen := map[string]string{}
+	for _, t := range topics {
+		ident, err := tableFor(d.template, t)
+		if err != nil {
+			return fmt.Errorf("%w: --table-template: %v", errUsage, err)
+		}
+		name := strings.Join(ident, ".")
+		if other, dup := seen[name]; dup {
+			return fmt.Errorf("%w: --table-template: topics %s and %s both go to table %s", errUsage, other, t, name)
+		}
+		seen[name] = t
+	}
+	share := d.base.Writer.MemoryLimit
+	if share > 0 {
+		share /= int64(len(topics))
+	}
+	runs := make([]tableRun, len(topics))
+	var wg sync.WaitGroup
+	for i, t := range topics {
+		wg.Go(func() {
+			runs[i] = d.runTable(ctx, t, share)
+		})
+	}
+	wg.Wait()
+	var errs []error
+	for _, r := range runs {
+		name := strings.Join(r.ident, ".")
+		switch {
+		case r.skipped != "":
+			fmt.Fprintf(d.stderr, "icesink: topic %s: %s\n", r.topic, r.skipped)
+		case r.err != nil:
+			errs = append(errs, fmt.Errorf("table %s (topic %s): %w", name, r.topic, r.err))
+		case !d.quiet:
+			fmt.Fprintf(d.stdout, "table %s (topic %s): %d changes, %d commits, epoch %d committed\n",
+				name, r.topic, r.res.Changes, r.res.Commits, r.res.Committed.Epoch)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// runTable runs the sink of one topic into its table, creating the table
+// from the events' schema when it does not exist.
+func (d *database) runTable(ctx context.Context, topic string, share int64) (r tableRun) {
+	r.topic = topic
+	r.ident, r.err = tableFor(d.template, topic)
+	if r.err != nil {
+		return r
+	}
+	name := strings.Join(r.ident, ".")
+	kf := d.kf
+	kf.topic = topic
+	spec := d.spec
+	if _, err := d.wh.Catalog.LoadTable(ctx, r.ident); errors.Is(err, catalog.ErrNoSuchTable) {
+		if d.format == changelog.DebeziumAvro {
+			spec.Schema, r.err = kf.registrySchema(ctx)
+		} else {
+			cfg := kafka.Config{Brokers: strings.Split(kf.brokers, ","), Security: kf.sec}
+			rec, err := kafka.FirstRecord(ctx, cfg, topic, kf.stopAtEnd)
+			if errors.Is(err, kafka.ErrEmptyTopic) {
+				r.skipped = "no records yet; its table is created when the run starts after the first one"
+				return r
+			}
+			if err != nil {
+				r.err = err
+				return r
+			}
+			spec.Schema, r.err = changelog.SchemaFromConnect(rec.Value, rec.Key)
+		}
+		if r.err != nil {
+			return r
+		}
+	}
+	tbl, _, err := d.wh.LoadOrCreate(ctx, r.ident, spec)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	ps := tbl.Spec()
+	if err := deltawriter.CheckTable(tbl.Schema(), &ps); err != nil {
+		r.err = err
+		return r
+	}
+	kf.schema, kf.spec, kf.evolve = tbl.Schema(), tbl.Spec(), d.evolve
+	dec, err := kf.decoder(d.format, tbl.Schema(), d.dbz)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	src, err := kf.open(ctx, dec, ctx.Done())
+	if err != nil {
+		r.err = err
+		return r
+	}
+	cfg := d.base
+	cfg.Ident = r.ident
+	cfg.Writer.MemoryLimit = share
+	if cfg.StateDir == "" {
+		if warehouse.IsObjectStore(d.warehouse) {
+			src.Close()
+			r.err = fmt.Errorf("%w: --state-dir: with an object-storage warehouse, give a local folder for the coordinators' checkpoints", errUsage)
+			return r
+		}
+		cfg.StateDir = filepath.Join(d.warehouse, "_icesink", name, cfg.SinkID)
+	} else {
+		cfg.StateDir = filepath.Join(cfg.StateDir, name)
+	}
+	cfg.Logger = cfg.Logger.With("table", name)
+	if cfg.Progress != nil {
+		cfg.Progress = commitLog(cfg.Logger)
+	}
+	if cfg.Registerer != nil {
+		cfg.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"table": name}, cfg.Registerer)
+		if err := cfg.Registerer.Register(src.Collector()); err != nil {
+			src.Close()
+			r.err = fmt.Errorf("registering the Kafka source's metrics: %w", err)
+			return r
+		}
+	}
+	in := &restartableInput{kafka: src, kf: &kf, reg: cfg.Registerer, format: d.format, schema: tbl.Schema(), dbz: d.dbz}
+	r.res, r.err = in.run(ctx, context.WithoutCancel(ctx), cfg, src, cfg.Logger)
+	in.kafka.Close()
+	return r
+}

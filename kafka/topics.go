@@ -1,0 +1,103 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// client connects to cfg's brokers with its security settings.
+func client(cfg Config, extra ...kgo.Opt) (*kgo.Client, error) {
+	sec, err := cfg.Security.Options()
+	if err != nil {
+		return nil, err
+	}
+	opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID("icesink")}, append(sec, append(cfg.Options, extra...)...)...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: connecting to %s: %w", strings.Join(cfg.Brokers, ","), err)
+	}
+	return cl, nil
+}
+
+// Topics lists the cluster's topics whose whole name re matches, sorted
+// (internal topics such as __consumer_offsets left out).
+func Topics(ctx context.Context, cfg Config, re *regexp.Regexp) ([]string, error) {
+	cl, err := client(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	td, err := kadm.NewClient(cl).ListTopics(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: listing topics: %w", err)
+	}
+	var out []string
+	for _, t := range td.Sorted() {
+		if t.IsInternal || strings.HasPrefix(t.Topic, "__") {
+			continue
+		}
+		if loc := re.FindStringIndex(t.Topic); loc != nil && loc[0] == 0 && loc[1] == len(t.Topic) {
+			out = append(out, t.Topic)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// ErrEmptyTopic is FirstRecord's answer for a topic without a record.
+var ErrEmptyTopic = errors.New("kafka: the topic holds no record")
+
+// FirstRecord returns the earliest record of topic that has a value (not
+// a tombstone), over all its partitions, to derive a new table's schema
+// from. With stopAtEnd it returns ErrEmptyTopic when the topic holds none;
+// otherwise it waits for one until ctx ends.
+func FirstRecord(ctx context.Context, cfg Config, topic string, stopAtEnd bool) (*kgo.Record, error) {
+	cl, err := client(cfg, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	if stopAtEnd {
+		ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
+		if err != nil {
+			return nil, fmt.Errorf("kafka: end offsets of %s: %w", topic, err)
+		}
+		empty := true
+		ends.Each(func(o kadm.ListedOffset) {
+			if o.Offset > 0 {
+				empty = false
+			}
+		})
+		if empty {
+			return nil, ErrEmptyTopic
+		}
+	}
+	for {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		var found *kgo.Record
+		fs.EachRecord(func(r *kgo.Record) {
+			if r.Value != nil && !r.Attrs.IsControl() && found == nil {
+				found = r
+			}
+		})
+		if found != nil {
+			return found, nil
+		}
+		for _, fe := range fs.Errors() {
+			if !errors.Is(fe.Err, context.Canceled) {
+				return nil, fmt.Errorf("kafka: reading %s: %w", topic, fe.Err)
+			}
+		}
+	}
+}
