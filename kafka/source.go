@@ -129,6 +129,9 @@ type Source struct {
 	discover time.Time       // when to look for added partitions next
 	commitMu sync.Mutex      // one group offset commit at a time
 	member   *Membership     // CommitThrough: commit to the group as this member
+	// held is the record the last Next stopped before without blaming it
+	// (DeadLetterHeld may send it away).
+	held *kgo.Record
 	// wantBarrier is set by RequestBarrier; wake interrupts a poll.
 	wantBarrier atomic.Bool
 	wake        chan struct{}
@@ -424,6 +427,7 @@ func (s *Source) Next() (changelog.Record, error) {
 			if r.Value == nil {
 				continue // a tombstone: compaction's marker, no change
 			}
+			s.held = nil
 			rec, skip, err := s.dec.DecodeKeyedMessage(r.Key, r.Value)
 			var bad *changelog.MessageError
 			if err != nil && !errors.As(err, &bad) {
@@ -433,6 +437,7 @@ func (s *Source) Next() (changelog.Record, error) {
 				s.next[r.Partition] = r.Offset
 				s.count--
 				s.buf = append([]*kgo.Record{r}, s.buf...)
+				s.held = r
 				return changelog.Record{}, fmt.Errorf("kafka: topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, err)
 			}
 			if err == nil && !skip && s.cfg.Check != nil {
@@ -536,6 +541,24 @@ func (s *Source) deadLetter(r *kgo.Record, why error) error {
 	s.mu.Lock()
 	s.dead[r.Partition]++
 	s.mu.Unlock()
+	return nil
+}
+
+// DeadLetterHeld sends the record the last Next stopped before without
+// blaming it (its schema changed in a way the table cannot follow) to the
+// dead-letter topic with the reason why, so that Next goes on after it.
+// Without a dead-letter topic it returns why.
+func (s *Source) DeadLetterHeld(why error) error {
+	r := s.held
+	if s.cfg.DeadLetterTopic == "" || r == nil || len(s.buf) == 0 || s.buf[0] != r {
+		return why
+	}
+	if err := s.deadLetter(r, fmt.Errorf("kafka: topic %s partition %d offset %d: %w", r.Topic, r.Partition, r.Offset, why)); err != nil {
+		return err
+	}
+	s.buf, s.held = s.buf[1:], nil
+	s.next[r.Partition] = r.Offset + 1
+	s.count++
 	return nil
 }
 

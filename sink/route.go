@@ -16,6 +16,12 @@ import (
 	"github.com/icesink/icesink/deltawriter"
 )
 
+// heldDeadLetterer is a source that can send the record it held back on a
+// schema change to its dead-letter topic (kafka.Source).
+type heldDeadLetterer interface {
+	DeadLetterHeld(why error) error
+}
+
 // batch is what the router hands a writer: changes, then possibly the end
 // of a checkpoint.
 type batch struct {
@@ -140,7 +146,14 @@ func routeInput(ctx context.Context, cfg Config, src Source, writers []*writer, 
 		evolvedLast = true
 		tbl, err := commit.EvolveSchema(ctx, cfg.Loader, cfg.Ident, sc.Columns)
 		if err != nil {
-			return fmt.Errorf("%w (%v)", err, decodeErr)
+			err = fmt.Errorf("%w (%v)", err, decodeErr)
+			if dl, ok := src.(heldDeadLetterer); ok && errors.Is(err, commit.ErrSchemaChange) {
+				// With a dead-letter topic the record goes there, and
+				// the table goes on.
+				evolvedLast = false
+				return dl.DeadLetterHeld(err)
+			}
+			return err
 		}
 		schema := tbl.Schema()
 		for i := range writers {

@@ -46,7 +46,7 @@ func TestDatabaseFeed(t *testing.T) {
 		names = append(names, tp.name)
 		tp.model = map[int64][]any{}
 	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, names...))
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, append(names, "dlq")...))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,4 +156,26 @@ func TestDatabaseFeed(t *testing.T) {
 	}
 	check(topics[1], "after the type change")
 	check(topics[2], "after the type change")
+
+	// With a dead-letter topic the record goes there and its table goes on.
+	if _, stderr, code := icesink(t, append(args, "--dead-letter-topic", "dlq")...); code != 0 {
+		t.Fatalf("with a dead-letter topic: exit %d\n%s", code, stderr)
+	}
+	for _, tp := range topics {
+		check(tp, "with a dead-letter topic")
+	}
+	cons, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumeTopics("dlq"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cons.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var dead []*kgo.Record
+	for len(dead) == 0 && ctx.Err() == nil {
+		dead = append(dead, cons.PollFetches(ctx).Records()...)
+	}
+	if len(dead) != 1 || string(dead[0].Value) != string(bad.Value) {
+		t.Fatalf("%d records in the dead-letter topic, want the one of the refused type change", len(dead))
+	}
 }
