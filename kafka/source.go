@@ -11,6 +11,7 @@
 package kafka
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -91,6 +92,10 @@ type Config struct {
 	// CheckSchema, when set, is told the table's schema when it changes
 	// (SetSchema), so that Check follows it.
 	CheckSchema func(*iceberg.Schema) error
+	// FetchBytes bounds what one fetch brings ahead of the sink, per
+	// broker (franz-go's default, 50 MiB, sits outside every budget).
+	// Default 16 MiB.
+	FetchBytes int32
 	// Security is how to reach a secured cluster (TLS, SASL).
 	Security Security
 	// Options are further franz-go client options.
@@ -157,6 +162,9 @@ func (s *Source) SetSchema(schema *iceberg.Schema) error {
 	return nil
 }
 
+// defaultFetchBytes is Config.FetchBytes's default.
+const defaultFetchBytes = 16 << 20
+
 // Open connects to the brokers; reading starts at Seek.
 func Open(ctx context.Context, cfg Config, dec Decoder) (*Source, error) {
 	if len(cfg.Brokers) == 0 || cfg.Topic == "" {
@@ -170,6 +178,8 @@ func Open(ctx context.Context, cfg Config, dec Decoder) (*Source, error) {
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID("icesink"),
 		kgo.FetchMaxWait(500 * time.Millisecond),
+		kgo.FetchMaxBytes(cmp.Or(cfg.FetchBytes, defaultFetchBytes)),
+		kgo.FetchMaxPartitionBytes(cmp.Or(cfg.FetchBytes, defaultFetchBytes)),
 		// Records of aborted transactions never reach the table.
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		// A transaction's commit marker takes an offset: Next steps over

@@ -172,7 +172,11 @@ func openSQLite(dir, file string) (*sql.DB, error) {
 	}
 	// The path is a URI path: '#', '?' and '%' must be escaped.
 	esc := strings.NewReplacer("%", "%25", "#", "%23", "?", "%3f").Replace(file)
-	return sql.Open("sqlite", "file:"+esc+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
+	// Transactions take the write lock at BEGIN (_txlock=immediate): a
+	// deferred one that read before another connection committed cannot
+	// upgrade (SQLITE_BUSY_SNAPSHOT, which no busy timeout waits out), as
+	// when many sinks of one process create and commit tables at once.
+	return sql.Open("sqlite", "file:"+esc+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate")
 }
 
 // checkWritable reports why dir is not writable, if it is not.

@@ -19,7 +19,7 @@ import (
 //
 //	go test ./cmd/icesink -run X -bench DatabaseFeed -benchtime 1x
 func BenchmarkDatabaseFeed(b *testing.B) {
-	const total = 60000
+	const total = 300000
 	run := func(tables int) (perSec float64, rssMiB float64) {
 		var names []string
 		for i := range tables {
