@@ -3,6 +3,7 @@ package warehouse_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -167,5 +168,37 @@ func TestObjectStoreWarehouseRefused(t *testing.T) {
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("created %v", ents)
+	}
+}
+
+// TestManyTablesOfOneProcess: many sinks of one process (icesink run
+// --table-template) create tables and commit to them at once through one
+// embedded catalog; none fails with SQLite's "database is locked" (a
+// deferred transaction that cannot upgrade, SQLITE_BUSY_SNAPSHOT).
+func TestManyTablesOfOneProcess(t *testing.T) {
+	ctx := context.Background()
+	wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wh.Close()
+	const n = 40
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			tbl, _, err := wh.LoadOrCreate(ctx, table.Identifier{"db", fmt.Sprintf("t%d", i)}, warehouse.TableSpec{Schema: schema})
+			for j := 0; err == nil && j < 3; j++ {
+				tx := tbl.NewTransaction()
+				if err = tx.SetProperties(iceberg.Properties{"k": fmt.Sprint(j)}); err == nil {
+					tbl, err = tx.Commit(ctx)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
