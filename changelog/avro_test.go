@@ -319,7 +319,7 @@ func TestSchemaFromDebeziumAvro(t *testing.T) {
 			t.Errorf("%s: %v, want %q", col, err, msg)
 		}
 	}
-	if _, err := SchemaFromDebeziumAvro(fmt.Sprintf(env, `{"name":"v","type":"int"}`), `{"type":"record","name":"K","fields":[{"name":"nope","type":"long"}]}`); err == nil || !strings.Contains(err.Error(), `key field "nope"`) {
+	if _, err := SchemaFromDebeziumAvro(fmt.Sprintf(env, `{"name":"v","type":"int"}`), `{"type":"record","name":"K","fields":[{"name":"nope","type":"long"}]}`); err == nil || !strings.Contains(err.Error(), `key column "nope" is not a column`) {
 		t.Errorf("a key field not in the value: %v", err)
 	}
 }

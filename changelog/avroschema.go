@@ -17,7 +17,10 @@ import (
 // io.debezium.data.Uuid) and Avro logical types pick decimal(P,S), date,
 // time, timestamp, timestamptz and uuid; enums become strings. Nested
 // records, arrays and maps are refused.
-func SchemaFromDebeziumAvro(value, key string) (*iceberg.Schema, error) {
+//
+// keyColumns, when given, name the identifier fields instead of key (a
+// source table without a primary key); they become required.
+func SchemaFromDebeziumAvro(value, key string, keyColumns ...string) (*iceberg.Schema, error) {
 	env, err := avro.ParseWithCache(value, "", &avro.SchemaCache{})
 	if err != nil {
 		return nil, fmt.Errorf("changelog: the value schema: %w", err)
@@ -47,16 +50,21 @@ func SchemaFromDebeziumAvro(value, key string) (*iceberg.Schema, error) {
 	if row == nil || !hasField(rec, "op") {
 		return nil, fmt.Errorf("changelog: the value schema %s is not a Debezium envelope (no op, or no before/after record)", rec.FullName())
 	}
-	ks, err := avro.ParseWithCache(key, "", &avro.SchemaCache{})
-	if err != nil {
-		return nil, fmt.Errorf("changelog: the key schema: %w", err)
-	}
-	krec, ok := ks.(*avro.RecordSchema)
-	if !ok || len(krec.Fields()) == 0 {
-		return nil, errors.New("changelog: the key schema is not a record of the key columns (a table without a primary key has no upsert key)")
+	strict := len(keyColumns) == 0
+	if strict {
+		ks, err := avro.ParseWithCache(key, "", &avro.SchemaCache{})
+		if err != nil {
+			return nil, fmt.Errorf("changelog: the key schema: %w", err)
+		}
+		krec, ok := ks.(*avro.RecordSchema)
+		if !ok || len(krec.Fields()) == 0 {
+			return nil, errors.New("changelog: the key schema is not a record of the key columns (for a table without a primary key, name its key columns)")
+		}
+		for _, f := range krec.Fields() {
+			keyColumns = append(keyColumns, f.Name())
+		}
 	}
 	fields := make([]iceberg.NestedField, 0, len(row.Fields()))
-	ids := map[string]int{}
 	for i, f := range row.Fields() {
 		t := deref(f.Type())
 		required := true
@@ -72,24 +80,8 @@ func SchemaFromDebeziumAvro(value, key string) (*iceberg.Schema, error) {
 			return nil, fmt.Errorf("changelog: column %q: %w", f.Name(), err)
 		}
 		fields = append(fields, iceberg.NestedField{ID: i + 1, Name: f.Name(), Type: typ, Required: required})
-		ids[f.Name()] = i + 1
 	}
-	var keys []int
-	for _, f := range krec.Fields() {
-		id, ok := ids[f.Name()]
-		if !ok {
-			return nil, fmt.Errorf("changelog: key field %q is not a column of the value schema", f.Name())
-		}
-		if !fields[id-1].Required {
-			return nil, fmt.Errorf("changelog: key column %q is optional in the value schema; Iceberg identifier fields are required", f.Name())
-		}
-		keys = append(keys, id)
-	}
-	s := iceberg.NewSchemaWithIdentifiers(0, keys, fields...)
-	if _, err := newPlan(s); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return withKey(fields, keyColumns, strict)
 }
 
 // icebergType maps one Avro type, as Debezium spells it, to Iceberg.

@@ -105,3 +105,24 @@ func TestAvroEvolution(t *testing.T) {
 		t.Fatalf("after SetSchema: %v %v", rec, err)
 	}
 }
+
+// TestSchemaKeyColumns: named key columns replace the record key's schema
+// (a source table without a primary key) and become required; a name
+// that is no column is refused.
+func TestSchemaKeyColumns(t *testing.T) {
+	value := []byte(`{"schema":{"type":"struct","fields":[{"type":"struct","optional":true,"field":"after","fields":[
+	  {"type":"string","optional":true,"field":"sku"},{"type":"int64","optional":true,"field":"qty"}]},{"type":"string","field":"op"}]},"payload":{}}`)
+	if _, err := SchemaFromConnect(value, nil); err == nil || !strings.Contains(err.Error(), "name its key columns") {
+		t.Fatalf("no key schema: %v", err)
+	}
+	s, err := SchemaFromConnect(value, nil, "sku")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := s.FindFieldByName("sku"); !f.Required || len(s.IdentifierFieldIDs) != 1 || s.IdentifierFieldIDs[0] != f.ID {
+		t.Fatalf("schema %v: want sku the required key", s)
+	}
+	if _, err := SchemaFromConnect(value, nil, "nope"); err == nil || !strings.Contains(err.Error(), `key column "nope"`) {
+		t.Fatalf("a key that is no column: %v", err)
+	}
+}

@@ -62,6 +62,12 @@ func applyConfig(fs *flag.FlagSet, path string) error {
 			case given[key]:
 				continue // the command line wins
 			}
+			if ns, ok := fl.Value.(interface{ setNode(ast.Node) error }); ok {
+				if err := ns.setNode(kv.Value); err != nil {
+					return fmt.Errorf("%w: %s: %v", errUsage, where, err)
+				}
+				continue
+			}
 			vals, err := scalars(kv.Value)
 			if err != nil {
 				return fmt.Errorf("%w: %s: %v", errUsage, where, err)

@@ -26,12 +26,15 @@ import (
 // databaseFlags route many topics into many tables in one run: a whole
 // database's change feed (one Debezium connector, a topic per table).
 type databaseFlags struct {
-	template string
-	regex    string
+	template  string
+	regex     string
+	overrides tableOverrides
 }
 
 func (f *databaseFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.template, "table-template", "", "route each topic into its own table `NS.NAME`, spelled with {topic}, {server}, {db}, {schema} and {table} taken from a Debezium topic name SERVER.SCHEMA.TABLE (e.g. inventory.{table}); the topics from --topic T1,T2,... and --topic-regex; a table that does not exist is created from the events' schema")
+	f.overrides = tableOverrides{}
+	fs.Var(f.overrides, "tables", "with --table-template: a YAML `FILE` of per-table overrides for the tables it creates, by NS.NAME: key (the key columns of a source table without a primary key), partition-spec (a FILE), properties (a mapping); in the --config file: a tables: mapping")
 	fs.StringVar(&f.regex, "topic-regex", "", "with --table-template: also every topic whose whole name matches `REGEX` when the run starts")
 }
 
@@ -41,8 +44,8 @@ func (f *databaseFlags) enabled() bool { return f.template != "" }
 // checks pass without --table.
 func (f *databaseFlags) check(tf *tableFlags, kf *kafkaFlags, sf *specFlags, coordinator, format string) error {
 	if !f.enabled() {
-		if f.regex != "" {
-			return fmt.Errorf("%w: --topic-regex needs --table-template", errUsage)
+		if f.regex != "" || len(f.overrides) > 0 {
+			return fmt.Errorf("%w: --topic-regex and --tables need --table-template", errUsage)
 		}
 		return nil
 	}
@@ -118,6 +121,7 @@ type database struct {
 	dbz       changelog.DebeziumOptions
 	evolve    bool
 	spec      warehouse.TableSpec // properties of created tables
+	overrides tableOverrides
 	template  string
 	warehouse string
 	stdout    io.Writer
@@ -168,6 +172,9 @@ func (d *database) run(ctx context.Context, listed []string, regex string) error
 		}
 		seen[name] = t
 	}
+	if names := d.overrides.unknownTables(seen); names != "" {
+		return fmt.Errorf("%w: --tables: no topic goes to %s", errUsage, names)
+	}
 	share := d.base.Writer.MemoryLimit
 	if share > 0 {
 		share /= int64(len(topics))
@@ -209,8 +216,13 @@ func (d *database) runTable(ctx context.Context, topic string, share int64) (r t
 	kf.topic = topic
 	spec := d.spec
 	if _, err := d.wh.Catalog.LoadTable(ctx, r.ident); errors.Is(err, catalog.ErrNoSuchTable) {
+		key, err := d.overrides.apply(name, &spec)
+		if err != nil {
+			r.err = err
+			return r
+		}
 		if d.format == changelog.DebeziumAvro {
-			spec.Schema, r.err = kf.registrySchema(ctx)
+			spec.Schema, r.err = kf.registrySchema(ctx, key...)
 		} else {
 			cfg := kafka.Config{Brokers: strings.Split(kf.brokers, ","), Security: kf.sec}
 			rec, err := kafka.FirstRecord(ctx, cfg, topic, kf.stopAtEnd)
@@ -222,7 +234,7 @@ func (d *database) runTable(ctx context.Context, topic string, share int64) (r t
 				r.err = err
 				return r
 			}
-			spec.Schema, r.err = changelog.SchemaFromConnect(rec.Value, rec.Key)
+			spec.Schema, r.err = changelog.SchemaFromConnect(rec.Value, rec.Key, key...)
 		}
 		if r.err != nil {
 			return r

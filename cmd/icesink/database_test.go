@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -177,5 +179,88 @@ func TestDatabaseFeed(t *testing.T) {
 	}
 	if len(dead) != 1 || string(dead[0].Value) != string(bad.Value) {
 		t.Fatalf("%d records in the dead-letter topic, want the one of the refused type change", len(dead))
+	}
+}
+
+// TestDatabaseOverrides: the config file's tables: mapping names the key
+// of a source table without a primary key (its records carry no key) and
+// the properties of the table created for it; an unknown override key and
+// an override of a table no topic goes to are usage errors.
+func TestDatabaseOverrides(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "srv.shop.audit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("srv.shop.audit"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	fields := []string{connectField("sku", "string", true), connectField("qty", "int64", true)}
+	var recs []*kgo.Record
+	for i := range 30 {
+		before := "null"
+		if i >= 10 {
+			before = fmt.Sprintf(`{"sku":"s%d","qty":%d}`, i%10, i-10)
+		}
+		recs = append(recs, &kgo.Record{Value: connectEnvelope(fields, before, fmt.Sprintf(`{"sku":"s%d","qty":%d}`, i%10, i))})
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	whDir := t.TempDir()
+	args := []string{"run", "--warehouse", whDir, "--table-template", "shop.{table}", "--format", "debezium-json",
+		"--kafka-brokers", c.ListenAddrs()[0], "--topic", "srv.shop.audit", "--stop-at-end", "--quiet"}
+	bad := write("bad.yaml", "tables:\n  shop.audit:\n    keys: [sku]\n")
+	if _, stderr, code := icesink(t, append(args, "--config", bad)...); code != 2 || !strings.Contains(stderr, `[3:5] unknown field "keys"`) {
+		t.Fatalf("an unknown override key: exit %d\n%s", code, stderr)
+	}
+	other := write("other.yaml", "tables:\n  shop.nope:\n    key: [sku]\n")
+	if _, stderr, code := icesink(t, append(args, "--config", other)...); code != 2 || !strings.Contains(stderr, "no topic goes to shop.nope") {
+		t.Fatalf("an override of no table: exit %d\n%s", code, stderr)
+	}
+	if _, stderr, code := icesink(t, args...); code != 1 || !strings.Contains(stderr, "name its key columns") {
+		t.Fatalf("no key and no override: exit %d\n%s", code, stderr)
+	}
+	good := write("good.yaml", "tables:\n  shop.audit:\n    key: [sku]\n    properties:\n      write.parquet.compression-codec: snappy\n")
+	if _, stderr, code := icesink(t, append(args, "--config", good)...); code != 0 {
+		t.Fatalf("with the key override: exit %d\n%s", code, stderr)
+	}
+	ctx := context.Background()
+	wh, err := warehouse.Open(ctx, whDir, warehouse.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wh.Close()
+	tbl, err := wh.Catalog.LoadTable(ctx, table.Identifier{"shop", "audit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := tbl.Schema().FindFieldByName("sku"); len(tbl.Schema().IdentifierFieldIDs) != 1 || tbl.Schema().IdentifierFieldIDs[0] != f.ID || !f.Required {
+		t.Fatalf("schema %v: want sku the key", tbl.Schema())
+	}
+	if tbl.Properties()["write.parquet.compression-codec"] != "snappy" {
+		t.Fatalf("properties %v: want the override's", tbl.Properties())
+	}
+	got := map[string]int64{}
+	for row, err := range warehouse.Rows(ctx, tbl) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[row[0].(string)] = row[1].(int64)
+	}
+	for i := 20; i < 30; i++ {
+		if got[fmt.Sprintf("s%d", i%10)] != int64(i) || len(got) != 10 {
+			t.Fatalf("rows %v: want s0..s9 at 20..29", got)
+		}
 	}
 }

@@ -162,16 +162,19 @@ func secret(file, env string) (string, error) {
 // registrySchema derives a new table's schema from the newest schemas of
 // the topic's values and keys in the registry (subjects TOPIC-value and
 // TOPIC-key, Confluent's default naming).
-func (f *kafkaFlags) registrySchema(ctx context.Context) (*iceberg.Schema, error) {
+// keyColumns, when given, name the key instead of TOPIC-key.
+func (f *kafkaFlags) registrySchema(ctx context.Context, keyColumns ...string) (*iceberg.Schema, error) {
 	value, err := f.registry.Latest(ctx, f.topic+"-value")
 	if err != nil {
 		return nil, err
 	}
-	key, err := f.registry.Latest(ctx, f.topic+"-key")
-	if err != nil {
-		return nil, err
+	var key string
+	if len(keyColumns) == 0 {
+		if key, err = f.registry.Latest(ctx, f.topic+"-key"); err != nil {
+			return nil, err
+		}
 	}
-	s, err := changelog.SchemaFromDebeziumAvro(value, key)
+	s, err := changelog.SchemaFromDebeziumAvro(value, key, keyColumns...)
 	if err != nil {
 		return nil, fmt.Errorf("the table's schema from subjects %s-value and %s-key: %w", f.topic, f.topic, err)
 	}

@@ -287,7 +287,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		cfg.Registerer = reg
 	}
 	if db.enabled() {
-		d := &database{wh: wh, base: cfg, kf: kf, format: fmtv, dbz: dbz, evolve: *evolve, spec: spec,
+		d := &database{wh: wh, base: cfg, kf: kf, format: fmtv, dbz: dbz, evolve: *evolve, spec: spec, overrides: db.overrides,
 			template: db.template, warehouse: tf.warehouse, stdout: stdout, stderr: stderr, quiet: *quiet, stats: *stats}
 		return d.run(ctx, db.topics(kf.topic), db.regex)
 	}
