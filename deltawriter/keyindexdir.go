@@ -1,6 +1,7 @@
 package deltawriter
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -310,6 +311,51 @@ func (w *Writer) unsave() error {
 	return nil
 }
 
+// readManifestHead reads the leading members of the manifest at path (its
+// format, table, sink and snapshot), not the lists after them, which can
+// be long: RemoveStaleKeyIndexes judges every folder of a base by them.
+func readManifestHead(path string) (keyIndexManifest, error) {
+	var m keyIndexManifest
+	f, err := os.Open(path)
+	if err != nil {
+		return m, err
+	}
+	defer f.Close()
+	dec := json.NewDecoder(bufio.NewReaderSize(f, 4096))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return m, fmt.Errorf("deltawriter: %s: not a key index manifest", path)
+	}
+	for seen := 0; seen < 5 && dec.More(); {
+		t, err := dec.Token()
+		if err != nil {
+			return m, err
+		}
+		key, _ := t.(string)
+		var dst any
+		switch key {
+		case "format":
+			dst = &m.Format
+		case "version":
+			dst = &m.Version
+		case "table_uuid":
+			dst = &m.TableUUID
+		case "sink_id":
+			dst = &m.SinkID
+		case "snapshot":
+			dst = &m.Snapshot
+		default:
+			var skip json.RawMessage
+			dst = &skip
+			seen-- // not one of the five
+		}
+		if err := dec.Decode(dst); err != nil {
+			return m, err
+		}
+		seen++
+	}
+	return m, nil
+}
+
 // RemoveStaleKeyIndexes removes the folders under base (siblings of the
 // Options.KeyIndexDir folders a sink names there) that no writer could
 // reuse any more: no live holder (their lock can be taken) and no saved
@@ -338,9 +384,8 @@ func RemoveStaleKeyIndexes(base string, tbl *table.Table, sinkID string) (int, e
 		}
 		stale := true
 		mpath := filepath.Join(dir, keyIndexFile)
-		if b, err := os.ReadFile(mpath); err == nil {
-			var m keyIndexManifest
-			if json.Unmarshal(b, &m) == nil && m.Format == keyIndexFormat {
+		if m, err := readManifestHead(mpath); err == nil {
+			if m.Format == keyIndexFormat {
 				switch {
 				case m.TableUUID != meta.TableUUID().String() || m.SinkID != sinkID:
 					// Another table's or sink's: kept unless old.

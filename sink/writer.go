@@ -174,6 +174,10 @@ func keyIndexDir(cfg Config, tbl *table.Table, vnodes *roaring.Bitmap) string {
 	return filepath.Join(base, fmt.Sprintf("w-%x", h.Sum(nil)[:12]))
 }
 
+// KeyIndexBase returns the folder the writers keep their key index folders
+// in ("": none): Config.KeyIndexDir with its default applied.
+func (cfg Config) KeyIndexBase() string { return keyIndexBase(cfg) }
+
 // keyIndexBase returns the folder of the writers' key index folders ("":
 // none).
 func keyIndexBase(cfg Config) string {

@@ -274,6 +274,11 @@ func (d *database) runTable(ctx context.Context, topic string, share int64) (r t
 	} else {
 		cfg.StateDir = filepath.Join(cfg.StateDir, name)
 	}
+	if base := cfg.KeyIndexBase(); base != "" {
+		// A folder of each table's own: closing a sink sweeps its
+		// folder's stale key indexes, not every table's.
+		cfg.KeyIndexDir = filepath.Join(base, "t-"+name)
+	}
 	cfg.Logger = cfg.Logger.With("table", name)
 	if cfg.Progress != nil {
 		cfg.Progress = commitLog(cfg.Logger)
