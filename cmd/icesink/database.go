@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
@@ -28,6 +29,7 @@ import (
 type databaseFlags struct {
 	template  string
 	regex     string
+	refresh   time.Duration
 	overrides tableOverrides
 }
 
@@ -35,7 +37,8 @@ func (f *databaseFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.template, "table-template", "", "route each topic into its own table `NS.NAME`, spelled with {topic}, {server}, {db}, {schema} and {table} taken from a Debezium topic name SERVER.SCHEMA.TABLE (e.g. inventory.{table}); the topics from --topic T1,T2,... and --topic-regex; a table that does not exist is created from the events' schema")
 	f.overrides = tableOverrides{}
 	fs.Var(f.overrides, "tables", "with --table-template: a YAML `FILE` of per-table overrides for the tables it creates, by NS.NAME: key (the key columns of a source table without a primary key), partition-spec (a FILE), properties (a mapping); in the --config file: a tables: mapping")
-	fs.StringVar(&f.regex, "topic-regex", "", "with --table-template: also every topic whose whole name matches `REGEX` when the run starts")
+	fs.StringVar(&f.regex, "topic-regex", "", "with --table-template: also every topic whose whole name matches `REGEX`")
+	fs.DurationVar(&f.refresh, "topic-refresh", time.Minute, "with --topic-regex (without --stop-at-end): look for new matching topics this often; when one appears, every table commits what it read and the run goes on with the new topic's table too (0: only at start)")
 }
 
 func (f *databaseFlags) enabled() bool { return f.template != "" }
@@ -139,17 +142,14 @@ type tableRun struct {
 	skipped string // why the topic was not run
 }
 
-// run starts a sink for every topic (listed, or matching regex), all at
-// once, each with an equal share of the memory budget, waits for them
-// and reports each. A table that fails does not stop the others; the run
-// fails if one did.
-func (d *database) run(ctx context.Context, listed []string, regex string) error {
-	topics := listed
+// topics are the listed topics and those matching regex.
+func (d *database) topics(ctx context.Context, listed []string, regex string) ([]string, error) {
+	topics := slices.Clone(listed)
 	if regex != "" {
 		cfg := kafka.Config{Brokers: strings.Split(d.kf.brokers, ","), Security: d.kf.sec}
 		found, err := kafka.Topics(ctx, cfg, regexp.MustCompile(regex))
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, t := range found {
 			if !slices.Contains(topics, t) {
@@ -158,37 +158,50 @@ func (d *database) run(ctx context.Context, listed []string, regex string) error
 		}
 	}
 	if len(topics) == 0 {
-		return fmt.Errorf("no topic matches --topic-regex %q", regex)
+		return nil, fmt.Errorf("no topic matches --topic-regex %q", regex)
 	}
-	seen := map[string]string{}
-	for _, t := range topics {
-		ident, err := tableFor(d.template, t)
+	return topics, nil
+}
+
+// run starts a sink for every topic (listed, or matching regex), all at
+// once, each with an equal share of the memory budget, waits for them
+// and reports each. A table that fails does not stop the others; the run
+// fails if one did. With refresh, a matching topic that appears ends the
+// round: every table commits what it read and stops, and the next round
+// starts them all again, the new one with them, each with its new share.
+func (d *database) run(ctx context.Context, listed []string, regex string, refresh time.Duration) error {
+	topics, err := d.topics(ctx, listed, regex)
+	if err != nil {
+		return err
+	}
+	total := map[string]*tableRun{}
+	for {
+		runs, grown, err := d.round(ctx, topics, listed, regex, refresh)
 		if err != nil {
-			return fmt.Errorf("%w: --table-template: %v", errUsage, err)
+			return err
 		}
-		name := strings.Join(ident, ".")
-		if other, dup := seen[name]; dup {
-			return fmt.Errorf("%w: --table-template: topics %s and %s both go to table %s", errUsage, other, t, name)
+		for _, r := range runs {
+			if t, ok := total[r.topic]; ok {
+				r.res.Commits += t.res.Commits
+				r.res.Changes += t.res.Changes
+			}
+			total[r.topic] = &r
 		}
-		seen[name] = t
+		if grown == nil || ctx.Err() != nil {
+			break
+		}
+		d.base.Logger.Info("new topics match --topic-regex: starting their tables", "topics", strings.Join(slices.Collect(func(yield func(string) bool) {
+			for _, t := range grown {
+				if !slices.Contains(topics, t) && !yield(t) {
+					return
+				}
+			}
+		}), ","))
+		topics = grown
 	}
-	if names := d.overrides.unknownTables(seen); names != "" {
-		return fmt.Errorf("%w: --tables: no topic goes to %s", errUsage, names)
-	}
-	share := d.base.Writer.MemoryLimit
-	if share > 0 {
-		share /= int64(len(topics))
-	}
-	runs := make([]tableRun, len(topics))
-	var wg sync.WaitGroup
-	for i, t := range topics {
-		wg.Go(func() {
-			runs[i] = d.runTable(ctx, t, share)
-		})
-	}
-	wg.Wait()
 	var errs []error
-	for _, r := range runs {
+	for _, t := range topics {
+		r := total[t]
 		name := strings.Join(r.ident, ".")
 		switch {
 		case r.skipped != "":
@@ -203,9 +216,80 @@ func (d *database) run(ctx context.Context, listed []string, regex string) error
 	return errors.Join(errs...)
 }
 
+// round runs every topic's table until the input ends, or until a new
+// matching topic appears (grown is then the new topic list).
+func (d *database) round(ctx context.Context, topics, listed []string, regex string, refresh time.Duration) (runs []tableRun, grown []string, err error) {
+	seen := map[string]string{}
+	for _, t := range topics {
+		ident, err := tableFor(d.template, t)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: --table-template: %v", errUsage, err)
+		}
+		name := strings.Join(ident, ".")
+		if other, dup := seen[name]; dup {
+			return nil, nil, fmt.Errorf("%w: --table-template: topics %s and %s both go to table %s", errUsage, other, t, name)
+		}
+		seen[name] = t
+	}
+	if names := d.overrides.unknownTables(seen); names != "" {
+		return nil, nil, fmt.Errorf("%w: --tables: no topic goes to %s", errUsage, names)
+	}
+	share := d.base.Writer.MemoryLimit
+	if share > 0 {
+		share /= int64(len(topics))
+	}
+	stop := make(chan struct{})
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if regex == "" || refresh <= 0 || d.kf.stopAtEnd {
+			select {
+			case <-ctx.Done():
+				close(stop)
+			case <-stop:
+			}
+			return
+		}
+		tick := time.NewTicker(refresh)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				close(stop)
+				return
+			case <-stop:
+				return
+			case <-tick.C:
+				now, err := d.topics(ctx, listed, regex)
+				if err != nil || len(now) <= len(topics) {
+					continue // a failed listing is tried again
+				}
+				grown = now
+				close(stop)
+				return
+			}
+		}
+	}()
+	runs = make([]tableRun, len(topics))
+	var wg sync.WaitGroup
+	for i, t := range topics {
+		wg.Go(func() {
+			runs[i] = d.runTable(ctx, t, share, stop)
+		})
+	}
+	wg.Wait()
+	select {
+	case <-stop:
+	default:
+		close(stop) // every table ended by itself
+	}
+	<-watched
+	return runs, grown, nil
+}
+
 // runTable runs the sink of one topic into its table, creating the table
 // from the events' schema when it does not exist.
-func (d *database) runTable(ctx context.Context, topic string, share int64) (r tableRun) {
+func (d *database) runTable(ctx context.Context, topic string, share int64, stop <-chan struct{}) (r tableRun) {
 	r.topic = topic
 	r.ident, r.err = tableFor(d.template, topic)
 	if r.err != nil {
@@ -225,9 +309,18 @@ func (d *database) runTable(ctx context.Context, topic string, share int64) (r t
 			spec.Schema, r.err = kf.registrySchema(ctx, key...)
 		} else {
 			cfg := kafka.Config{Brokers: strings.Split(kf.brokers, ","), Security: kf.sec}
-			rec, err := kafka.FirstRecord(ctx, cfg, topic, kf.stopAtEnd)
-			if errors.Is(err, kafka.ErrEmptyTopic) {
-				r.skipped = "no records yet; its table is created when the run starts after the first one"
+			fctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			go func() {
+				select {
+				case <-stop: // the round ends before the topic's first record
+					cancel()
+				case <-fctx.Done():
+				}
+			}()
+			rec, err := kafka.FirstRecord(fctx, cfg, topic, kf.stopAtEnd)
+			if errors.Is(err, kafka.ErrEmptyTopic) || err != nil && fctx.Err() != nil {
+				r.skipped = "no records yet; its table is created once the topic has one"
 				return r
 			}
 			if err != nil {
@@ -256,7 +349,7 @@ func (d *database) runTable(ctx context.Context, topic string, share int64) (r t
 		r.err = err
 		return r
 	}
-	src, err := kf.open(ctx, dec, ctx.Done())
+	src, err := kf.open(ctx, dec, stop)
 	if err != nil {
 		r.err = err
 		return r
@@ -291,7 +384,7 @@ func (d *database) runTable(ctx context.Context, topic string, share int64) (r t
 			return r
 		}
 	}
-	in := &restartableInput{kafka: src, kf: &kf, reg: cfg.Registerer, format: d.format, schema: tbl.Schema(), dbz: d.dbz}
+	in := &restartableInput{kafka: src, kf: &kf, reg: cfg.Registerer, format: d.format, schema: tbl.Schema(), dbz: d.dbz, stop: stop}
 	r.res, r.err = in.run(ctx, context.WithoutCancel(ctx), cfg, src, cfg.Logger)
 	in.kafka.Close()
 	return r

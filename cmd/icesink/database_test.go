@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -262,5 +265,85 @@ func TestDatabaseOverrides(t *testing.T) {
 		if got[fmt.Sprintf("s%d", i%10)] != int64(i) || len(got) != 10 {
 			t.Fatalf("rows %v: want s0..s9 at 20..29", got)
 		}
+	}
+}
+
+// TestDatabaseNewTopic: a run that reads --topic-regex without end picks
+// up a matching topic created while it runs (its table created and
+// filled) and keeps the tables it had; SIGTERM commits what was read.
+func TestDatabaseNewTopic(t *testing.T) {
+	first := &dbTopic{name: "srv.shop.a", model: map[int64][]any{}}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, first.name), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	fields := []string{connectField("id", "int64", false), connectField("v", "int64", true)}
+	produce := func(tp *dbTopic, from, to int) {
+		var recs []*kgo.Record
+		for i := from; i < to; i++ {
+			id := int64(i % 20)
+			recs = append(recs, &kgo.Record{Topic: tp.name, Key: dbKey(id), Value: connectEnvelope(fields, "null", fmt.Sprintf(`{"id":%d,"v":%d}`, id, i))})
+			tp.model[id] = []any{id, int64(i)}
+		}
+		if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce(first, 0, 50)
+	whDir := t.TempDir()
+	cmd := exec.Command(binary, "run", "--warehouse", whDir, "--table-template", "shop.{table}", "--format", "debezium-json",
+		"--kafka-brokers", c.ListenAddrs()[0], "--topic-regex", `srv\.shop\..*`, "--topic-refresh", "300ms",
+		"--checkpoint-interval", "200ms", "--quiet")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	ctx := context.Background()
+	wh, err := warehouse.Open(ctx, whDir, warehouse.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wh.Close()
+	rows := func(name string) map[int64][]any {
+		tbl, err := wh.Catalog.LoadTable(ctx, table.Identifier{"shop", name})
+		if err != nil {
+			return nil
+		}
+		got := map[int64][]any{}
+		for row, err := range warehouse.Rows(ctx, tbl) {
+			if err != nil {
+				return nil
+			}
+			got[row[0].(int64)] = append([]any(nil), row...)
+		}
+		return got
+	}
+	waitFor := func(name string, tp *dbTopic) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !reflect.DeepEqual(rows(name), tp.model) {
+			if time.Now().After(deadline) {
+				t.Fatalf("table shop.%s never reached its model: %v\n%s", name, rows(name), stderr.String())
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitFor("a", first)
+	second := &dbTopic{name: "srv.shop.b", model: map[int64][]any{}}
+	produce(second, 0, 40) // creates the topic
+	waitFor("b", second)
+	produce(first, 50, 80)
+	waitFor("a", first)
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("after SIGTERM: %v\n%s", err, stderr.String())
 	}
 }

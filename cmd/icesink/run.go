@@ -289,7 +289,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if db.enabled() {
 		d := &database{wh: wh, base: cfg, kf: kf, format: fmtv, dbz: dbz, evolve: *evolve, spec: spec, overrides: db.overrides,
 			template: db.template, warehouse: tf.warehouse, stdout: stdout, stderr: stderr, quiet: *quiet, stats: *stats}
-		return d.run(ctx, db.topics(kf.topic), db.regex)
+		return d.run(ctx, db.topics(kf.topic), db.regex, db.refresh)
 	}
 	if spec.Schema == nil && fmtv == changelog.DebeziumAvro {
 		// A table that does not exist yet takes the schema of the events.
@@ -588,6 +588,7 @@ type restartableInput struct {
 	format changelog.Format
 	schema *iceberg.Schema
 	dbz    changelog.DebeziumOptions
+	stop   <-chan struct{} // ends a Kafka input; nil: ctx's end
 }
 
 // run runs the sink on src. Another writer's commit that landed while the
@@ -632,7 +633,11 @@ func (in *restartableInput) reopen(ctx context.Context) (sink.Source, error) {
 			in.reg.Unregister(in.kafka.Collector())
 		}
 		in.kafka.Close()
-		if in.kafka, err = in.kf.open(ctx, dec, ctx.Done()); err != nil {
+		stop := in.stop
+		if stop == nil {
+			stop = ctx.Done()
+		}
+		if in.kafka, err = in.kf.open(ctx, dec, stop); err != nil {
 			return nil, err
 		}
 		if in.reg != nil {
