@@ -9,24 +9,18 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/RoaringBitmap/roaring/v2"
-
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
-	"github.com/apache/iceberg-go/table"
 	"github.com/dustin/go-humanize"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/term"
 
 	"github.com/icesink/icesink/changelog"
 	"github.com/icesink/icesink/commit"
-	"github.com/icesink/icesink/coordinator"
-	"github.com/icesink/icesink/coordinator/coordgrpc"
 	"github.com/icesink/icesink/deltawriter"
 	"github.com/icesink/icesink/kafka"
 	"github.com/icesink/icesink/sink"
@@ -60,237 +54,98 @@ func debeziumOptions(decimal, unit string) (changelog.DebeziumOptions, error) {
 func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var tf tableFlags
+	var (
+		tf  tableFlags
+		sf  specFlags
+		inf inputFlags
+		kf  kafkaFlags
+		db  databaseFlags
+		wf  writerFlags
+		cmf commitFlags
+		crf coordFlags
+		rpf reportFlags
+	)
 	tf.register(fs)
-	var sf specFlags
 	sf.register(fs)
-	input := fs.String("input", "", "input `FILE`, or - for standard input (or --kafka-brokers)")
-	var kf kafkaFlags
+	inf.register(fs)
 	kf.register(fs)
-	var db databaseFlags
 	db.register(fs)
-	format := fs.String("format", "changelog-json", "input format: changelog-json, debezium-json or debezium-avro (Kafka with --schema-registry)")
-	dbzDecimal := fs.String("debezium-decimal", "string", "debezium-json events without a schema: decimals as the connector's decimal.handling.mode spells them, `MODE` precise (base64) or string (events with a schema say it themselves)")
-	dbzTime := fs.String("debezium-time-unit", "", "debezium-json events without a schema: the `UNIT` of integer times and timestamps, ms, us or ns (default: integers there are refused)")
-	delMode := fs.String("delete-mode", "position", "how rows of earlier commits are deleted: position (a key index built from the table at start; no equality deletes) or equality (an equality delete per key and window; for tables other writers change too)")
-	mode := fs.String("mode", "upsert", "upsert (inserts replace any row of the key) or changelog (trusted -U/+U pairs)")
-	ckRows := fs.Int64("checkpoint-rows", 100000, "end a checkpoint every `N` input rows (besides barrier lines)")
-	interval := fs.Uint64("commit-interval", 1, "commit every `K` checkpoints")
-	sinkID := fs.String("sink-id", "icesink", "sink `ID` recorded in snapshot summaries; a rerun continues from its last commit")
-	memLimit := fs.String("memory-limit", "0", "memory budget per writer (e.g. 64MiB, 1GiB); 0 = unbounded")
-	writers := fs.Int("writers", 1, "`P` writers in this process, vnodes split evenly, rows routed by vnode")
-	vnodeCount := fs.Int("vnode-count", 256, "number of vnodes keys are routed by")
-	commitBytes := fs.String("commit-bytes", "0", "also commit when all writers together buffer this much (e.g. 512MiB); 0 = off")
-	coordAddr := fs.String("coordinator", "", "join the coordinator at `HOST:PORT` (gRPC) instead of starting one in process")
-	vnodesFlag := fs.String("vnodes", "", "with --coordinator: the `RANGES` this writer owns, e.g. 0-127")
-	stateDir := fs.String("state-dir", "", "`DIR` for the in-process coordinator's checkpoints (default: DIR/_icesink/NS.NAME/SINK-ID)")
-	evolve := fs.Bool("evolve-schema", true, "with debezium-json events that carry a Kafka Connect schema, or debezium-avro: make the table follow the events' schema (add a new column, widen int to long, float to double, a decimal's precision; make a column optional), committed before the rows that need it; other changes stop the run naming the column. false: such events are bad records")
-	rewrite := fs.Float64("rewrite-deleted", 0, "rewrite at commit each data file of the window of which this `SHARE` of rows was deleted in it, so readers scan live rows only (0: never)")
-	spillDir := fs.String("spill-dir", "", "`DIR` for the index's spill runs (default: the OS temp dir; a private subfolder per writer)")
-	keyIndexDir := fs.String("key-index-dir", "", "`DIR` where each writer keeps its key index between runs, so that a restart on an unchanged table skips the rebuild (default: SPILL-DIR/icesink-keyindex, without --spill-dir the user's cache folder; private to the user; - for none)")
-	var rf retentionFlags
-	rf.register(fs)
-	maintain := fs.Bool("maintain", false, "compact the table's small files (their deletes applied) every --compact-every commits, between epochs; the writers' key indexes follow (in-process writers only)")
-	var cf compactionFlags
-	cf.register(fs, true)
-	var tof timeoutFlags
-	tof.register(fs)
-	var secf securityFlags
-	secf.register(fs, false)
-	inputID := fs.String("input-id", "", "a `NAME` for the input, recorded with every commit and checked on resume (default: a fingerprint of its first 4 KiB)")
-	quiet := fs.Bool("quiet", false, "no progress line or commit log")
-	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus metrics (icesink_*, Go runtime, process) at http://`HOST:PORT`/metrics while the run lasts")
-	logFormat := fs.String("log-format", "text", "`FORMAT` of log lines (the commit log without a terminal, the coordinator's warnings): text or json")
-	stats := fs.Bool("stats", false, "print the writer's statistics at the end")
+	wf.register(fs)
+	cmf.register(fs)
+	crf.register(fs)
+	rpf.register(fs)
 	config := registerConfig(fs)
 	if err := parseFlagsAndConfig(fs, args, config); err != nil {
 		return err
 	}
-	if err := db.check(&tf, &kf, &sf, *coordAddr, *format); err != nil {
+	if err := db.check(&tf, &kf, &sf, crf.addr, inf.format); err != nil {
 		return err
 	}
 	if err := tf.check(); err != nil && !db.enabled() {
 		return err
 	}
-	if err := warehouse.CheckName(*sinkID); err != nil {
+	if err := warehouse.CheckName(cmf.sinkID); err != nil {
 		return fmt.Errorf("%w: --sink-id: %v", errUsage, err)
 	}
-	fmtv, err := changelog.ParseFormat(*format)
-	if err != nil {
-		return fmt.Errorf("%w: --format: %v", errUsage, err)
-	}
-	if err := kf.check(*input, *coordAddr, fmtv); err != nil {
+	if err := inf.parse(); err != nil {
 		return err
 	}
-	dbz, err := debeziumOptions(*dbzDecimal, *dbzTime)
-	if err != nil {
+	fmtv, dbz := inf.parsedFormat, inf.parsedDebeziumOption
+	if err := kf.check(inf.input, crf.addr, fmtv); err != nil {
 		return err
 	}
-	dm, err := deltawriter.ParseDeleteMode(*delMode)
-	if err != nil {
-		return fmt.Errorf("%w: --delete-mode: %v", errUsage, err)
-	}
-	m, err := deltawriter.ParseMode(*mode)
-	if err != nil {
-		return fmt.Errorf("%w: --mode: %v", errUsage, err)
-	}
-	limit, err := parseSize(*memLimit)
-	if err != nil {
-		return fmt.Errorf("%w: --memory-limit: %v", errUsage, err)
-	}
-	cbytes, err := parseSize(*commitBytes)
-	if err != nil {
-		return fmt.Errorf("%w: --commit-bytes: %v", errUsage, err)
-	}
-	if *writers < 1 {
-		return fmt.Errorf("%w: --writers must be at least 1", errUsage)
-	}
-	if *ckRows < 1 {
-		return fmt.Errorf("%w: --checkpoint-rows %d: a checkpoint needs at least 1 input row", errUsage, *ckRows)
-	}
-	if *interval < 1 {
-		return fmt.Errorf("%w: --commit-interval 0: commit every 1 or more checkpoints", errUsage)
-	}
-	if *vnodeCount < 1 {
-		return fmt.Errorf("%w: --vnode-count %d: keys need at least 1 vnode", errUsage, *vnodeCount)
-	}
-	if *coordAddr != "" {
-		var decided []string // flags whose decision is the coordinator's
-		fs.Visit(func(f *flag.Flag) {
-			switch f.Name {
-			case "commit-interval", "commit-bytes", "retain-snapshots", "expire-older-than", "max-manifests", "state-dir",
-				"align-timeout", "payload-timeout", "commit-timeout", "checkpoint-interval":
-				decided = append(decided, "--"+f.Name)
-			}
-		})
-		if len(decided) > 0 {
-			return fmt.Errorf("%w: %s: with --coordinator the coordinator decides this; give it to icesink coordinator", errUsage, strings.Join(decided, ", "))
-		}
-	}
-	retention, err := rf.retention()
+	wopts, err := wf.options()
 	if err != nil {
 		return err
 	}
-	timeouts, err := tof.timeouts()
-	if err != nil {
+	cfg := sink.Config{EvolveSchema: inf.evolve, Writer: wopts, Writers: wf.writers, Vnodes: wf.vnodeCount, KeyIndexDir: wf.keyIndexDir, InputID: inf.inputID}
+	if err := cmf.apply(&cfg, crf.addr != ""); err != nil {
 		return err
 	}
-	sec, err := secf.security()
-	if err != nil {
+	if err := crf.apply(fs, &cfg, kf.grouped()); err != nil {
 		return err
 	}
-	var ident table.Identifier
 	if !db.enabled() {
-		if ident, err = warehouse.ParseIdent(tf.table); err != nil {
+		if cfg.Ident, err = warehouse.ParseIdent(tf.table); err != nil {
 			return fmt.Errorf("%w: --table: %v", errUsage, err)
+		}
+		if cfg.StateDir == "" && crf.addr == "" {
+			if cfg.StateDir, err = tf.localStateDir(cfg.SinkID); err != nil {
+				return err
+			}
 		}
 	}
 	spec, err := sf.spec()
 	if err != nil {
 		return err
 	}
-
 	var in io.Reader = stdin
 	var inFile *os.File // a file input: reopened for a restart
-	if *input != "-" && *input != "" {
-		if inFile, err = os.Open(*input); err != nil {
+	if inf.input != "-" && inf.input != "" {
+		if inFile, err = os.Open(inf.input); err != nil {
 			return fmt.Errorf("opening the input: %w", err)
 		}
 		defer func() { inFile.Close() }()
 		in = inFile
 	}
-
 	wh, err := warehouse.Open(ctx, tf.warehouse, tf.options())
 	if err != nil {
 		return err
 	}
 	defer wh.Close()
-	cfg := sink.Config{
-		EvolveSchema:   *evolve,
-		Loader:         wh.Catalog,
-		Ident:          ident,
-		SinkID:         *sinkID,
-		Writer:         deltawriter.Options{Mode: m, MemoryLimit: limit, SpillDir: *spillDir, RewriteDeleted: *rewrite, DeleteMode: dm},
-		CheckpointRows: *ckRows,
-		CommitInterval: *interval,
-		CommitBytes:    cbytes,
-		Writers:        *writers,
-		Vnodes:         *vnodeCount,
-		StateDir:       *stateDir,
-		KeyIndexDir:    *keyIndexDir,
-		Retention:      retention,
-		Timeouts:       timeouts,
-		InputID:        *inputID,
-	}
-	if cfg.StateDir == "" && *coordAddr == "" && !db.enabled() {
-		if cfg.StateDir, err = tf.localStateDir(*sinkID); err != nil {
-			return err
-		}
-	}
-	if cfg.Writer.Failpoint, err = failpointFromEnv(); err != nil {
-		return err
-	}
-	if *maintain {
-		if *coordAddr != "" {
-			return fmt.Errorf("%w: --maintain runs in the process of the coordinator and its writers; drop it with --coordinator", errUsage)
-		}
-		if cf.every <= 0 {
-			return fmt.Errorf("%w: --compact-every must be positive", errUsage)
-		}
-		if cfg.Compaction, err = cf.compaction(); err != nil {
-			return err
-		}
-		cfg.CompactEvery = cf.every
-	}
-	if *coordAddr != "" {
-		if *writers != 1 {
-			return fmt.Errorf("%w: --coordinator runs one writer per process; drop --writers", errUsage)
-		}
-		if kf.grouped() {
-			if *vnodesFlag != "" {
-				return fmt.Errorf("%w: --vnodes with --group: the consumer group assigns this process its partitions, which are its vnodes", errUsage)
-			}
-		} else {
-			own, err := coordinator.ParseVnodes(*vnodesFlag, *vnodeCount)
-			if err != nil || *vnodesFlag == "" {
-				return fmt.Errorf("%w: --vnodes: give the ranges this writer owns (e.g. 0-127): %v", errUsage, err)
-			}
-			cfg.OwnVnodes = own
-		}
-		cfg.Connect = func(ctx context.Context, vn *roaring.Bitmap, opts ...coordinator.ConnectOption) (coordinator.Session, error) {
-			return coordgrpc.DialSecure(ctx, *coordAddr, sec, vn, opts...)
-		}
-	}
-	if limit > 0 && os.Getenv("GOMEMLIMIT") == "" {
-		// A soft limit for the runtime from the budget keeps the GC's
-		// headroom (GOGC=100 lets the heap double) inside the budget.
-		debug.SetMemoryLimit(deltawriter.SoftMemoryLimit(limit, *writers))
-	}
-	logger, err := newLogger(stderr, *logFormat)
+	cfg.Loader = wh.Catalog
+	softMemoryLimit(wf.limit, wf.writers)
+	stopMetrics, err := rpf.apply(&cfg, stderr)
 	if err != nil {
 		return err
 	}
-	cfg.Logger = logger
-	switch {
-	case *quiet:
-	case isTerminal(stderr):
-		cfg.Progress = progressLine(stderr)
-	default:
-		cfg.Progress = commitLog(logger)
-	}
-	if *metricsAddr != "" {
-		reg, stop, err := serveMetrics(*metricsAddr, stderr)
-		if err != nil {
-			return err
-		}
-		defer stop()
-		cfg.Registerer = reg
-	}
+	defer stopMetrics()
 	if db.enabled() {
-		d := &database{wh: wh, base: cfg, kf: kf, format: fmtv, dbz: dbz, evolve: *evolve, spec: spec, overrides: db.overrides,
-			template: db.template, warehouse: tf.warehouse, stdout: stdout, stderr: stderr, quiet: *quiet, stats: *stats}
+		d := &database{wh: wh, base: cfg, kf: kf, format: fmtv, dbz: dbz, evolve: inf.evolve, spec: spec, overrides: db.overrides,
+			template: db.template, warehouse: tf.warehouse, stdout: stdout, stderr: stderr, quiet: rpf.quiet, stats: rpf.stats}
 		return d.run(ctx, db.topics(kf.topic), db.regex, db.refresh)
 	}
+	ident := cfg.Ident
 	if spec.Schema == nil && fmtv == changelog.DebeziumAvro {
 		// A table that does not exist yet takes the schema of the events.
 		if _, err := wh.Catalog.LoadTable(ctx, ident); errors.Is(err, catalog.ErrNoSuchTable) {
@@ -311,12 +166,12 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := deltawriter.CheckProperties(tbl.Properties()); err != nil {
 		return fmt.Errorf("table %s: %w", tf.table, err)
 	}
-	kf.schema, kf.spec, kf.evolve = tbl.Schema(), tbl.Spec(), *evolve
+	kf.schema, kf.spec, kf.evolve = tbl.Schema(), tbl.Spec(), inf.evolve
 	var src sink.Source
 	runCtx := ctx
 	var ksrc *kafka.Source
 	if !kf.enabled() {
-		if src, err = changelog.NewDecoder(in, fmtv, tbl.Schema(), decoderOptions(dbz, *evolve)...); err != nil {
+		if src, err = changelog.NewDecoder(in, fmtv, tbl.Schema(), decoderOptions(dbz, inf.evolve)...); err != nil {
 			return fmt.Errorf("table %s: %w", tf.table, err)
 		}
 	}
@@ -332,10 +187,10 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		}
 		defer func() { ksrc.Close() }()
 		src, runCtx = ksrc, context.WithoutCancel(ctx)
-	}
-	if ksrc != nil && cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(ksrc.Collector()); err != nil {
-			return fmt.Errorf("registering the Kafka source's metrics: %w", err)
+		if cfg.Registerer != nil {
+			if err := cfg.Registerer.Register(ksrc.Collector()); err != nil {
+				return fmt.Errorf("registering the Kafka source's metrics: %w", err)
+			}
 		}
 	}
 	mon := startMonitor()
@@ -343,17 +198,17 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if kf.grouped() {
 		given := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-		res, err = kf.runGroup(ctx, cfg, tbl.Schema(), fmtv, dbz, given["vnode-count"], given["checkpoint-rows"], logger)
+		res, err = kf.runGroup(ctx, cfg, tbl.Schema(), fmtv, dbz, given["vnode-count"], given["checkpoint-rows"], cfg.Logger)
 	} else {
 		in := &restartableInput{file: inFile, kafka: ksrc, kf: &kf, reg: cfg.Registerer, format: fmtv, schema: tbl.Schema(), dbz: dbz}
-		res, err = in.run(ctx, runCtx, cfg, src, logger)
+		res, err = in.run(ctx, runCtx, cfg, src, cfg.Logger)
 		inFile, ksrc = in.file, in.kafka // closed by the deferred calls
 	}
 	peak := mon.stop()
 	if cfg.Progress != nil {
 		fmt.Fprintln(stderr)
 	}
-	return reportRun(stdout, stderr, res, err, runReport{table: strings.Join(ident, "."), sinkID: *sinkID, kafka: kf.enabled(), quiet: *quiet, stats: *stats, peak: peak, limit: limit})
+	return reportRun(stdout, stderr, res, err, runReport{table: strings.Join(ident, "."), sinkID: cfg.SinkID, kafka: kf.enabled(), quiet: rpf.quiet, stats: rpf.stats, peak: peak, limit: wf.limit})
 }
 
 // runReport is what reportRun says a run did.
