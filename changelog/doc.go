@@ -1,8 +1,13 @@
 // Package changelog owns the input formats: it decodes changelog-json and
-// debezium-json lines into deltawriter changes typed by an Iceberg schema,
-// and reports bad input by line and field. It knows nothing of tables,
-// files or commits. Its Encoder writes changes back as input lines
-// (used to generate test streams).
+// debezium-json lines, and debezium-avro messages (AvroDecoder: the schema
+// registry's wire format, schemas asked of a Schemas), into deltawriter
+// changes typed by an Iceberg schema, and reports bad input by line and
+// field. With evolution on, events whose schema differs from the table's
+// are reported as a *SchemaChangeError instead (SetSchema, then decode
+// again); SchemaFromConnect and SchemaFromDebeziumAvro derive a new table's
+// schema from the events'. It knows nothing of tables, files or commits.
+// Its Encoder and AvroEncoder write changes back as input (used to
+// generate test streams).
 //
 // # Lines
 //
@@ -130,4 +135,14 @@
 //
 // Nested columns (struct, list, map) and v3 types are refused by
 // NewDecoder: "nested types are not supported yet".
+//
+// # debezium-avro
+//
+// A message is a zero byte, a 4-byte big-endian schema id and the Avro
+// body of a Debezium envelope (before, after, op, ...). Each value decodes
+// as its debezium-json spelling would: the field's Kafka Connect name
+// (connect.name) or Avro logical type says a time's unit or a decimal's
+// scale, as a Connect schema does for JSON. An id not seen before is asked
+// of the Schemas (ErrUnknownSchema when it has none: a bad message); a
+// Schemas that cannot answer is not the message's fault (a plain error).
 package changelog

@@ -7,7 +7,11 @@
 // restart after kill -9 neither loses nor repeats a record.
 //
 // A consumer group, when named, only receives the committed offsets after
-// each Iceberg commit, for lag monitoring; it does not assign partitions.
+// each Iceberg commit, for lag monitoring; it does not assign partitions
+// (Membership does, for several processes under one coordinator).
+// Security reaches a secured cluster (TLS, SASL); Registry asks a schema
+// registry for the Avro schemas of debezium-avro records; Topics and
+// FirstRecord serve a run over many topics.
 package kafka
 
 import (
