@@ -305,29 +305,19 @@ func (d *database) runTable(ctx context.Context, topic string, share int64, stop
 			r.err = err
 			return r
 		}
-		if d.format == changelog.DebeziumAvro {
-			spec.Schema, r.err = kf.registrySchema(ctx, key...)
-		} else {
-			cfg := kafka.Config{Brokers: strings.Split(kf.brokers, ","), Security: kf.sec}
-			fctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			go func() {
-				select {
-				case <-stop: // the round ends before the topic's first record
-					cancel()
-				case <-fctx.Done():
-				}
-			}()
-			rec, err := kafka.FirstRecord(fctx, cfg, topic, kf.stopAtEnd)
-			if errors.Is(err, kafka.ErrEmptyTopic) || err != nil && fctx.Err() != nil {
-				r.skipped = "no records yet; its table is created once the topic has one"
-				return r
+		fctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-stop: // the round ends before the topic's first record
+				cancel()
+			case <-fctx.Done():
 			}
-			if err != nil {
-				r.err = err
-				return r
-			}
-			spec.Schema, r.err = changelog.SchemaFromConnect(rec.Value, rec.Key, key...)
+		}()
+		spec.Schema, r.err = kf.eventSchema(fctx, d.format, key...)
+		if errors.Is(r.err, kafka.ErrEmptyTopic) || r.err != nil && fctx.Err() != nil {
+			r.skipped, r.err = "no records yet; its table is created once the topic has one", nil
+			return r
 		}
 		if r.err != nil {
 			return r

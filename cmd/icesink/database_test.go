@@ -347,3 +347,58 @@ func TestDatabaseNewTopic(t *testing.T) {
 		t.Fatalf("after SIGTERM: %v\n%s", err, stderr.String())
 	}
 }
+
+// TestKafkaTableFromEvents: a single-table run from a debezium-json topic
+// creates its missing table from the first record's Connect schema and
+// its key's, without --schema.
+func TestKafkaTableFromEvents(t *testing.T) {
+	tp := &dbTopic{name: "srv.shop.items", model: map[int64][]any{}}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, tp.name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(tp.name), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	fields := []string{connectField("id", "int64", false), connectField("label", "string", true)}
+	var recs []*kgo.Record
+	for i := range 40 {
+		id := int64(i % 15)
+		recs = append(recs, &kgo.Record{Key: dbKey(id), Partition: int32(id % 2), Value: connectEnvelope(fields, "null", fmt.Sprintf(`{"id":%d,"label":"l%d"}`, id, i))})
+		tp.model[id] = []any{id, fmt.Sprint("l", i)}
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	whDir := t.TempDir()
+	if _, stderr, code := icesink(t, "run", "--warehouse", whDir, "--table", "shop.items", "--format", "debezium-json",
+		"--kafka-brokers", c.ListenAddrs()[0], "--topic", tp.name, "--stop-at-end", "--quiet"); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	ctx := context.Background()
+	wh, err := warehouse.Open(ctx, whDir, warehouse.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wh.Close()
+	tbl, err := wh.Catalog.LoadTable(ctx, table.Identifier{"shop", "items"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := tbl.Schema().FindFieldByName("id"); len(tbl.Schema().IdentifierFieldIDs) != 1 || tbl.Schema().IdentifierFieldIDs[0] != f.ID {
+		t.Fatalf("schema %v: want id the key", tbl.Schema())
+	}
+	got := map[int64][]any{}
+	for row, err := range warehouse.Rows(ctx, tbl) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		got[row[0].(int64)] = append([]any(nil), row...)
+	}
+	if !reflect.DeepEqual(got, tp.model) {
+		t.Fatalf("table %v, model %v", got, tp.model)
+	}
+}

@@ -181,6 +181,22 @@ func (f *kafkaFlags) registrySchema(ctx context.Context, keyColumns ...string) (
 	return s, nil
 }
 
+// eventSchema derives a new table's schema from the topic's events: the
+// registry's schemas (debezium-avro), or the first record's Connect schema
+// and its key's (debezium-json with schemas). keyColumns, when given,
+// name the key instead.
+func (f *kafkaFlags) eventSchema(ctx context.Context, format changelog.Format, keyColumns ...string) (*iceberg.Schema, error) {
+	if format == changelog.DebeziumAvro {
+		return f.registrySchema(ctx, keyColumns...)
+	}
+	cfg := kafka.Config{Brokers: strings.Split(f.brokers, ","), Security: f.sec}
+	rec, err := kafka.FirstRecord(ctx, cfg, f.topic, f.stopAtEnd)
+	if err != nil {
+		return nil, err
+	}
+	return changelog.SchemaFromConnect(rec.Value, rec.Key, keyColumns...)
+}
+
 // decoder returns a decoder of format for the records of the topic.
 func (f *kafkaFlags) decoder(format changelog.Format, schema *iceberg.Schema, dbz changelog.DebeziumOptions) (kafka.Decoder, error) {
 	if format == changelog.DebeziumAvro {

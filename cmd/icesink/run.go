@@ -146,11 +146,11 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return d.run(ctx, db.topics(kf.topic), db.regex, db.refresh)
 	}
 	ident := cfg.Ident
-	if spec.Schema == nil && fmtv == changelog.DebeziumAvro {
+	if spec.Schema == nil && kf.enabled() && fmtv != changelog.ChangelogJSON {
 		// A table that does not exist yet takes the schema of the events.
 		if _, err := wh.Catalog.LoadTable(ctx, ident); errors.Is(err, catalog.ErrNoSuchTable) {
-			if spec.Schema, err = kf.registrySchema(ctx); err != nil {
-				return err
+			if spec.Schema, err = kf.eventSchema(ctx, fmtv); err != nil {
+				return fmt.Errorf("table %s does not exist, and its schema cannot come from the events (give --schema): %w", tf.table, err)
 			}
 		}
 	}
