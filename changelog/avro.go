@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/apache/iceberg-go"
@@ -149,20 +150,7 @@ func (d *AvroDecoder) DecodeKeyedMessage(key, msg []byte) (rec Record, skip bool
 	}
 	rec, err = d.decode(key, msg)
 	if err != nil {
-		var fe *fieldError
-		var me *MessageError
-		var sc *SchemaChangeError
-		switch {
-		case errors.As(err, &sc):
-			err = sc // not the record's fault
-		case errors.As(err, &me):
-		case errors.As(err, &fe):
-			err = &MessageError{Field: fe.field, Err: fe.err}
-		case errors.Is(err, errRegistry):
-		default:
-			err = &MessageError{Err: err}
-		}
-		return Record{}, false, err
+		return Record{}, false, messageError(err)
 	}
 	return rec, false, nil
 }
@@ -193,7 +181,7 @@ func (d *AvroDecoder) decode(key, msg []byte) (Record, error) {
 			if r.Error != nil {
 				break
 			}
-			if len(s) != 1 || !containsByte("crudt", s[0]) {
+			if len(s) != 1 || strings.IndexByte("crudt", s[0]) < 0 {
 				return Record{}, fieldErr("op", kindErrf(ErrUnknownOp, "unknown op %s (want c, r, u or d)", quoteShort([]byte(s))))
 			}
 			op = s[0]
@@ -226,50 +214,11 @@ func (d *AvroDecoder) decode(key, msg []byte) (Record, error) {
 			return Record{}, kindErrf(ErrRecord, "Avro body does not match schema id %d: %v", id, r.Error)
 		}
 	}
-	switch op {
-	case 0:
-		return Record{}, fieldErr("op", kindErr(ErrRecord, "missing op"))
-	case 'c', 'r':
-		if after == nil {
-			return Record{}, fieldErr("after", kindErrf(ErrRecord, "op %q needs a non-null after", op))
-		}
-		d.changes[0] = deltawriter.Change{Op: deltawriter.Insert, Row: after}
-		return Record{Changes: d.changes[:1]}, nil
-	case 'u':
-		if after == nil {
-			return Record{}, fieldErr("after", kindErr(ErrRecord, `op "u" needs a non-null after`))
-		}
-		if before == nil {
-			d.changes[0] = deltawriter.Change{Op: deltawriter.UpdateAfter, Row: after}
-			return Record{Changes: d.changes[:1]}, nil
-		}
-		d.changes[0] = deltawriter.Change{Op: deltawriter.UpdateBefore, Row: before}
-		d.changes[1] = deltawriter.Change{Op: deltawriter.UpdateAfter, Row: after}
-		return Record{Changes: d.changes[:2]}, nil
-	case 'd':
-		if !haveBefore && len(key) > 0 {
-			row, err := d.keyRow(key)
-			if err != nil {
-				return Record{}, err
-			}
-			before = row
-		}
-		if before == nil {
-			return Record{}, fieldErr("before", kindErr(ErrRecord, `op "d" needs a non-null before, or a record key`))
-		}
-		d.changes[0] = deltawriter.Change{Op: deltawriter.Delete, Row: before}
-		return Record{Changes: d.changes[:1]}, nil
+	var keyRow func() ([]any, error)
+	if !haveBefore && len(key) > 0 {
+		keyRow = func() ([]any, error) { return d.keyRow(key) }
 	}
-	return Record{}, fieldErr("op", kindErr(ErrUnsupported, `truncate events (op "t") are not supported`))
-}
-
-func containsByte(s string, c byte) bool {
-	for i := range len(s) {
-		if s[i] == c {
-			return true
-		}
-	}
-	return false
+	return eventChanges(&d.changes, op, before, after, keyRow, true)
 }
 
 // keyRow decodes a record key (an Avro record of the key columns in the
@@ -420,16 +369,7 @@ func (d *AvroDecoder) compileRow(rec *avro.RecordSchema) *avroRow {
 
 // diff records in rp how field f differs from the table's column.
 func (d *AvroDecoder) diff(rp *avroRow, f *avro.Field) {
-	t := deref(f.Type())
-	nullable := false
-	if u, ok := t.(*avro.UnionSchema); ok {
-		if !u.Nullable() {
-			return
-		}
-		_, at := u.Indices()
-		t, nullable = deref(u.Types()[at]), true
-	}
-	typ, err := icebergType(t)
+	typ, nullable, err := fieldType(f)
 	if err != nil {
 		return // a field the row decoder names, if not a column
 	}

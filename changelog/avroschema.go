@@ -66,22 +66,28 @@ func SchemaFromDebeziumAvro(value, key string, keyColumns ...string) (*iceberg.S
 	}
 	fields := make([]iceberg.NestedField, 0, len(row.Fields()))
 	for i, f := range row.Fields() {
-		t := deref(f.Type())
-		required := true
-		if u, ok := t.(*avro.UnionSchema); ok {
-			if !u.Nullable() {
-				return nil, fmt.Errorf("changelog: column %q: a union of %d types has no Iceberg type", f.Name(), len(u.Types()))
-			}
-			_, at := u.Indices()
-			t, required = deref(u.Types()[at]), false
-		}
-		typ, err := icebergType(t)
+		typ, nullable, err := fieldType(f)
 		if err != nil {
 			return nil, fmt.Errorf("changelog: column %q: %w", f.Name(), err)
 		}
-		fields = append(fields, iceberg.NestedField{ID: i + 1, Name: f.Name(), Type: typ, Required: required})
+		fields = append(fields, iceberg.NestedField{ID: i + 1, Name: f.Name(), Type: typ, Required: !nullable})
 	}
 	return withKey(fields, keyColumns, strict)
+}
+
+// fieldType is the Iceberg type of record field f: of its type, or of the
+// other branch of a union with null (nullable).
+func fieldType(f *avro.Field) (typ iceberg.Type, nullable bool, err error) {
+	t := deref(f.Type())
+	if u, ok := t.(*avro.UnionSchema); ok {
+		if !u.Nullable() {
+			return nil, false, fmt.Errorf("a union of %d types has no Iceberg type", len(u.Types()))
+		}
+		_, at := u.Indices()
+		t, nullable = deref(u.Types()[at]), true
+	}
+	typ, err = icebergType(t)
+	return typ, nullable, err
 }
 
 // icebergType maps one Avro type, as Debezium spells it, to Iceberg.

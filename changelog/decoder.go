@@ -187,11 +187,11 @@ func (d *Decoder) Next() (Record, error) {
 			}
 		}
 		rec, skip, err := d.decode(line)
-		var sc *SchemaChangeError
-		if errors.As(err, &sc) {
-			d.again = append([]byte(nil), line...)
-		}
 		if err != nil {
+			var sc *SchemaChangeError
+			if errors.As(err, &sc) {
+				d.again = append([]byte(nil), line...)
+			}
 			return Record{}, d.lineErr(err)
 		}
 		if skip {
@@ -240,18 +240,29 @@ func (d *Decoder) DecodeKeyedMessage(key, msg []byte) (rec Record, skip bool, er
 		return Record{}, false, &MessageError{Err: kindErrf(ErrLineTooLong, "message longer than %d bytes", d.maxLine)}
 	}
 	rec, skip, err = d.decode(msg)
-	var sc *SchemaChangeError
-	if errors.As(err, &sc) {
-		return Record{}, false, sc // not the message's fault
-	}
 	if err != nil {
-		var fe *fieldError
-		if errors.As(err, &fe) {
-			return Record{}, false, &MessageError{Field: fe.field, Err: fe.err}
-		}
-		return Record{}, false, &MessageError{Err: err}
+		return Record{}, false, messageError(err)
 	}
 	return rec, skip, nil
+}
+
+// messageError is a decode error of a message as DecodeKeyedMessage
+// returns it: a *MessageError naming the member at fault, except for what
+// is not the message's fault (a *SchemaChangeError, a schema registry
+// that cannot answer), returned as it is.
+func messageError(err error) error {
+	var fe *fieldError
+	var me *MessageError
+	var sc *SchemaChangeError
+	switch {
+	case errors.As(err, &sc):
+		return sc
+	case errors.Is(err, errRegistry), errors.As(err, &me):
+		return err
+	case errors.As(err, &fe):
+		return &MessageError{Field: fe.field, Err: fe.err}
+	}
+	return &MessageError{Err: err}
 }
 
 // Skip consumes the next n lines without decoding them, only counting line
@@ -587,45 +598,59 @@ func (d *Decoder) debeziumLine() (rec Record, skip bool, err error) {
 		}
 		e = &pay
 	}
-	switch e.op {
+	var keyRow func() ([]any, error)
+	if len(d.msgKey) > 0 {
+		keyRow = func() ([]any, error) { return d.keyRow(d.msgKey) }
+	}
+	rec, err = eventChanges(&d.changes, e.op, e.before, e.after, keyRow, d.keyed)
+	return rec, false, err
+}
+
+// eventChanges turns a Debezium event (its op and images) into its
+// changes, held in changes: c and r insert after, u updates (with its
+// before image when given), d deletes before. keyRow, when set, gives the
+// delete image of a d without a before image from the record key; keyed
+// says a record key could have given one (for the message).
+func eventChanges(changes *[2]deltawriter.Change, op byte, before, after []any, keyRow func() ([]any, error), keyed bool) (Record, error) {
+	switch op {
 	case 0:
-		return Record{}, false, fieldErr("op", kindErr(ErrRecord, "missing op"))
+		return Record{}, fieldErr("op", kindErr(ErrRecord, "missing op"))
 	case 'c', 'r':
-		if e.after == nil {
-			return Record{}, false, fieldErr("after", kindErrf(ErrRecord, "op %q needs a non-null after", e.op))
+		if after == nil {
+			return Record{}, fieldErr("after", kindErrf(ErrRecord, "op %q needs a non-null after", op))
 		}
-		d.changes[0] = deltawriter.Change{Op: deltawriter.Insert, Row: e.after}
-		return Record{Changes: d.changes[:1]}, false, nil
+		changes[0] = deltawriter.Change{Op: deltawriter.Insert, Row: after}
+		return Record{Changes: changes[:1]}, nil
 	case 'u':
-		if e.after == nil {
-			return Record{}, false, fieldErr("after", kindErr(ErrRecord, `op "u" needs a non-null after`))
+		if after == nil {
+			return Record{}, fieldErr("after", kindErr(ErrRecord, `op "u" needs a non-null after`))
 		}
-		if e.before == nil {
-			d.changes[0] = deltawriter.Change{Op: deltawriter.UpdateAfter, Row: e.after}
-			return Record{Changes: d.changes[:1]}, false, nil
+		if before == nil {
+			changes[0] = deltawriter.Change{Op: deltawriter.UpdateAfter, Row: after}
+			return Record{Changes: changes[:1]}, nil
 		}
-		d.changes[0] = deltawriter.Change{Op: deltawriter.UpdateBefore, Row: e.before}
-		d.changes[1] = deltawriter.Change{Op: deltawriter.UpdateAfter, Row: e.after}
-		return Record{Changes: d.changes[:2]}, false, nil
+		changes[0] = deltawriter.Change{Op: deltawriter.UpdateBefore, Row: before}
+		changes[1] = deltawriter.Change{Op: deltawriter.UpdateAfter, Row: after}
+		return Record{Changes: changes[:2]}, nil
 	case 'd':
-		if e.before == nil && len(d.msgKey) > 0 {
-			row, err := d.keyRow(d.msgKey)
+		if before == nil && keyRow != nil {
+			row, err := keyRow()
 			if err != nil {
-				return Record{}, false, err
+				return Record{}, err
 			}
-			e.before = row
+			before = row
 		}
-		if e.before == nil {
-			if d.keyed {
-				return Record{}, false, fieldErr("before", kindErr(ErrRecord, `op "d" needs a non-null before, or a record key`))
+		if before == nil {
+			if keyed {
+				return Record{}, fieldErr("before", kindErr(ErrRecord, `op "d" needs a non-null before, or a record key`))
 			}
-			return Record{}, false, fieldErr("before", kindErr(ErrRecord, `op "d" needs a non-null before`))
+			return Record{}, fieldErr("before", kindErr(ErrRecord, `op "d" needs a non-null before`))
 		}
-		d.changes[0] = deltawriter.Change{Op: deltawriter.Delete, Row: e.before}
-		return Record{Changes: d.changes[:1]}, false, nil
+		changes[0] = deltawriter.Change{Op: deltawriter.Delete, Row: before}
+		return Record{Changes: changes[:1]}, nil
 	}
 	// 't'
-	return Record{}, false, fieldErr("op", kindErr(ErrUnsupported, `truncate events (op "t") are not supported`))
+	return Record{}, fieldErr("op", kindErr(ErrUnsupported, `truncate events (op "t") are not supported`))
 }
 
 // keyRow decodes a record key into a delete image: an object of the key

@@ -166,6 +166,12 @@ func (s *Source) SetSchema(schema *iceberg.Schema) error {
 	return nil
 }
 
+// isBadRecord reports a decode error that is the record's fault.
+func isBadRecord(err error) bool {
+	var bad *changelog.MessageError
+	return errors.As(err, &bad)
+}
+
 // defaultFetchBytes is Config.FetchBytes's default.
 const defaultFetchBytes = 16 << 20
 
@@ -174,14 +180,8 @@ func Open(ctx context.Context, cfg Config, dec Decoder) (*Source, error) {
 	if len(cfg.Brokers) == 0 || cfg.Topic == "" {
 		return nil, errors.New("kafka: brokers and a topic are required")
 	}
-	sec, err := cfg.Security.Options()
-	if err != nil {
-		return nil, err
-	}
-	opts := append([]kgo.Opt{
-		kgo.SeedBrokers(cfg.Brokers...),
-		kgo.ClientID("icesink"),
-		kgo.FetchMaxWait(500 * time.Millisecond),
+	cl, err := client(cfg,
+		kgo.FetchMaxWait(500*time.Millisecond),
 		kgo.FetchMaxBytes(cmp.Or(cfg.FetchBytes, defaultFetchBytes)),
 		kgo.FetchMaxPartitionBytes(cmp.Or(cfg.FetchBytes, defaultFetchBytes)),
 		// Records of aborted transactions never reach the table.
@@ -189,10 +189,9 @@ func Open(ctx context.Context, cfg Config, dec Decoder) (*Source, error) {
 		// A transaction's commit marker takes an offset: Next steps over
 		// it, so the offsets (and StopAtEnd's end) count it as read.
 		kgo.KeepControlRecords(),
-	}, append(sec, cfg.Options...)...)
-	cl, err := kgo.NewClient(opts...)
+	)
 	if err != nil {
-		return nil, fmt.Errorf("kafka: connecting to %s: %w", strings.Join(cfg.Brokers, ","), err)
+		return nil, err
 	}
 	return &Source{cfg: cfg, dec: dec, cl: cl, adm: kadm.NewClient(cl), high: map[int32]int64{}, done: map[int32]int64{}, dead: map[int32]int64{}, wake: make(chan struct{}, 1)}, nil
 }
@@ -443,8 +442,7 @@ func (s *Source) Next() (changelog.Record, error) {
 			}
 			s.held = nil
 			rec, skip, err := s.dec.DecodeKeyedMessage(r.Key, r.Value)
-			var bad *changelog.MessageError
-			if err != nil && !errors.As(err, &bad) {
+			if err != nil && !isBadRecord(err) {
 				// Not the record's fault (a schema registry out of reach):
 				// stop before it, without sending it anywhere; the next
 				// call reads it again.

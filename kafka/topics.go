@@ -12,13 +12,14 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
-// client connects to cfg's brokers with its security settings.
-func client(cfg Config, extra ...kgo.Opt) (*kgo.Client, error) {
+// client connects to cfg's brokers with its security settings, opts and
+// then cfg.Options (which win).
+func client(cfg Config, opts ...kgo.Opt) (*kgo.Client, error) {
 	sec, err := cfg.Security.Options()
 	if err != nil {
 		return nil, err
 	}
-	opts := append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID("icesink")}, append(sec, append(cfg.Options, extra...)...)...)
+	opts = append(append(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID("icesink")}, opts...), sec...), cfg.Options...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka: connecting to %s: %w", strings.Join(cfg.Brokers, ","), err)

@@ -177,15 +177,15 @@ func routeInput(ctx context.Context, cfg Config, src Source, writers []*writer, 
 		if err == io.EOF {
 			break
 		}
-		var sc *changelog.SchemaChangeError
-		if errors.As(err, &sc) {
+		if err != nil {
+			sc, ok := errors.AsType[*changelog.SchemaChangeError](err)
+			if !ok {
+				return err
+			}
 			if err := evolve(err, sc); err != nil {
 				return err
 			}
 			continue
-		}
-		if err != nil {
-			return err
 		}
 		evolvedLast = false
 		res.Line = rec.Line

@@ -266,7 +266,7 @@ type specFlags struct {
 }
 
 func (f *specFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.schema, "schema", "", "Iceberg schema `FILE` (the spec's JSON form); required to create the table, except with --format debezium-avro (from the registry's TOPIC-value and TOPIC-key)")
+	fs.StringVar(&f.schema, "schema", "", "Iceberg schema `FILE` (the spec's JSON form); required to create the table, except from a Kafka topic of debezium-avro (the registry's TOPIC-value and TOPIC-key) or debezium-json with schemas (the first record's)")
 	fs.StringVar(&f.partition, "partition-spec", "", "Iceberg partition spec `FILE` (JSON) for a new table; default unpartitioned")
 	fs.IntVar(&f.version, "format-version", 2, "Iceberg format `VERSION` of a new table: 2 (position-delete files) or 3 (deletion vectors)")
 	f.props = propertyFlag{}
