@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 
 	"github.com/icesink/icesink/spill"
 )
@@ -35,6 +36,14 @@ type Options struct {
 	// (~0.15 bytes per key) and lookups of the largest runs read blocks.
 	// -1: no cap.
 	MaxFilterBytes int64
+	// Merge, if set, lets Touch answer from the memory tier alone: it
+	// combines a key's partial state (derived by the caller as if the key
+	// were new) with the key's older state in the spill runs (found false:
+	// none), when Resolve runs (at each spill, and when the caller asks).
+	// It returns the key's complete state; it must not call the index.
+	// Without it Touch reads the runs as Get does.
+	// id is the key's ID from PutID.
+	Merge func(id uint32, hash uint64, key []byte, older State, found bool, partial State) (State, error)
 	// Dir, if set, is the folder of the index's runs instead of a private
 	// subfolder of SpillDir: runs there outlive the index when it is
 	// Released, and Open reads them again (a key index kept between runs
@@ -59,10 +68,16 @@ type Stats struct {
 	RunsCompacted int64
 	// Lookups split by where they were answered: the memory tier, a bloom
 	// filter or range check (no block read), the block cache, the disk.
+	// (Touch's misses that the filters cannot rule out are counted as
+	// Deferred, and looked up by Resolve, in order, as LookupsSorted.)
 	LookupsMemory int64
 	LookupsFilter int64
 	LookupsCache  int64
 	LookupsDisk   int64
+	Deferred      int64
+	LookupsSorted int64
+	// Resolves counts Resolve's passes over the runs.
+	Resolves int64
 }
 
 // Index maps each key touched in the window to its State: a memory tier
@@ -74,6 +89,10 @@ type Index struct {
 	set   *spill.Set // nil until the first spill
 	stats Stats
 	val   []byte
+	// partials counts the memory tier's partial states.
+	partials int
+	// outside is what the caller holds for the partial states (SetOutside).
+	outside int64
 	// last remembers the memory-tier slot of the latest Get, so that the
 	// Put that follows it does not probe again.
 	last struct {
@@ -243,6 +262,14 @@ func (ix *Index) Get(hash uint64, key []byte) (State, bool, error) {
 // Put records the state of key. It may first spill the memory tier to
 // keep the index under its budget.
 func (ix *Index) Put(hash uint64, key []byte, s State) error {
+	_, err := ix.PutID(hash, key, s)
+	return err
+}
+
+// PutID is Put, and returns the key's ID in the memory tier: what
+// Options.Merge is given for it, the same until the tier is next spilled
+// or reset (which resolve every partial state first).
+func (ix *Index) PutID(hash uint64, key []byte, s State) (uint32, error) {
 	slot, found := -1, false
 	if ix.last.valid && ix.last.hash == hash && ix.last.slot >= 0 {
 		slot, found = ix.last.slot, ix.last.found
@@ -259,28 +286,38 @@ func (ix *Index) Put(hash uint64, key []byte, s State) error {
 	}
 	ix.last.valid = false
 	if found {
+		if was := ix.mem.entries[ix.mem.slots[slot]-1].file&flagPartial != 0; was != s.Partial {
+			if s.Partial {
+				ix.partials++
+			} else {
+				ix.partials--
+			}
+		}
 		ix.mem.setAt(slot, s)
-		return nil
+		return ix.mem.slots[slot] - 1, nil
 	}
 	if ix.opts.MemoryLimit > 0 && ix.mem.len() >= minSpillKeys && ix.overBudget(len(key)) {
 		if err := ix.spill(); err != nil {
-			return err
+			return 0, err
 		}
 		slot = -1
 	}
 	if !ix.mem.insert(slot, hash, key, s) {
 		if ix.opts.MemoryLimit == 0 {
-			return fmt.Errorf("dedup: memory tier holds %d key bytes, the most it can", len(ix.mem.arena))
+			return 0, fmt.Errorf("dedup: memory tier holds %d key bytes, the most it can", len(ix.mem.arena))
 		}
 		if err := ix.spill(); err != nil {
-			return err
+			return 0, err
 		}
 		ix.mem.insert(-1, hash, key, s)
+	}
+	if s.Partial {
+		ix.partials++
 	}
 	if b := ix.MemoryBytes(); b > ix.stats.PeakMemoryBytes {
 		ix.stats.PeakMemoryBytes = b
 	}
-	return nil
+	return uint32(ix.mem.len() - 1), nil
 }
 
 // minSpillKeys is the fewest keys a spill writes: a run's own index and
@@ -293,7 +330,7 @@ const minSpillKeys = 1024
 // tier could take the index past its limit: the tier's growth, the runs'
 // in-memory index and filters, and the room kept for the block cache.
 func (ix *Index) overBudget(keyLen int) bool {
-	n := ix.mem.bytes() + ix.mem.growthBytes(keyLen) + ix.reserve
+	n := ix.mem.bytes() + ix.mem.growthBytes(keyLen) + ix.reserve + ix.outside
 	if ix.set != nil {
 		n += ix.set.MemoryBytes()
 	}
@@ -340,6 +377,9 @@ func (ix *Index) Ingest(n int, each func(fn func(hash uint64, key []byte, s Stat
 
 // spill writes the memory tier as the newest run and empties it.
 func (ix *Index) spill() error {
+	if err := ix.Resolve(); err != nil {
+		return err
+	}
 	if ix.set == nil {
 		if err := ix.openSet(nil); err != nil {
 			return err
@@ -409,6 +449,7 @@ func (ix *Index) Stats() Stats {
 // are deleted; the memory tier keeps its allocation for the next window.
 func (ix *Index) Reset() error {
 	ix.mem.clear()
+	ix.partials = 0
 	ix.last.valid = false
 	if ix.set != nil {
 		if err := ix.set.Reset(); err != nil {
@@ -425,6 +466,7 @@ func (ix *Index) Close() error { return ix.closeSet(false) }
 // runs (Release) or removing its folder.
 func (ix *Index) closeSet(keep bool) error {
 	ix.mem.reset()
+	ix.partials = 0
 	ix.last.valid = false
 	if ix.set == nil {
 		return nil
@@ -443,11 +485,99 @@ func (ix *Index) closeSet(keep bool) error {
 	return nil
 }
 
+// Touch returns the state of key as far as the memory tier knows it,
+// without reading the spill runs: found is false when the tier does not
+// hold the key, and the state is then zero, with Partial set when the runs
+// may hold an older state of the key (their hash ranges and bloom filters
+// cannot rule it out). The caller derives the key's next state from it as
+// if the key were new and Puts it; Resolve later merges a partial state
+// with the runs' through Options.Merge. Without Options.Merge it is Get.
+func (ix *Index) Touch(hash uint64, key []byte) (State, bool, error) {
+	if ix.opts.Merge == nil {
+		return ix.Get(hash, key)
+	}
+	slot, found := ix.mem.find(hash, key)
+	ix.last.valid, ix.last.hash, ix.last.slot, ix.last.found = true, hash, slot, found
+	switch {
+	case found:
+		ix.stats.LookupsMemory++
+		e := &ix.mem.entries[ix.mem.slots[slot]-1]
+		return unpack(e.file, e.pos), true, nil
+	case ix.set == nil:
+		ix.stats.LookupsMemory++
+		return State{}, false, nil
+	case !ix.set.MayContain(hash):
+		ix.stats.LookupsFilter++
+		return State{}, false, nil
+	}
+	ix.stats.Deferred++
+	return State{Partial: true}, false, nil
+}
+
+// Resolve completes every partial state of the memory tier: the keys are
+// looked up in the spill runs in (hash, key) order, each run read forward
+// once (spill.SetCursor), and Options.Merge combines each key's older
+// state with its partial one. Spilling resolves first; a caller resolves
+// before Each, and whenever it wants Merge's effects to have happened.
+func (ix *Index) Resolve() error {
+	if ix.partials == 0 {
+		return nil
+	}
+	if ix.opts.Merge == nil || ix.set == nil {
+		return fmt.Errorf("dedup: %d partial states without a merge function or spill runs", ix.partials)
+	}
+	ix.stats.Resolves++
+	ix.last.valid = false
+	m := &ix.mem
+	// The tier's sort scratch takes the partial entries only.
+	m.sorted = false
+	order := m.order[:0]
+	for i := range m.entries {
+		if m.entries[i].file&flagPartial != 0 {
+			order = append(order, uint32(i))
+		}
+	}
+	slices.SortFunc(order, m.compare)
+	m.order = order
+	cur := ix.set.NewCursor()
+	for _, i := range order {
+		e := &m.entries[i]
+		key := m.key(e)
+		v, found, _, err := cur.Get(e.hash, key)
+		if err != nil {
+			return fmt.Errorf("dedup: resolving a key against the spill runs: %w", err)
+		}
+		ix.stats.LookupsSorted++
+		var old State
+		if found {
+			if old, err = decodeValue(v); err != nil {
+				return fmt.Errorf("dedup: run in %s: %w", ix.set.Dir(), err)
+			}
+		}
+		s, err := ix.opts.Merge(i, e.hash, key, old, found, unpack(e.file, e.pos))
+		if err != nil {
+			return err
+		}
+		s.Partial, s.EqDeletedIfRow = false, false
+		e.file, e.pos = s.pack()
+		ix.partials--
+	}
+	return nil
+}
+
+// SetOutside tells the index how many bytes its caller holds beside the
+// partial states (what Resolve's merges will settle): they count against
+// the index's budget, so that it spills, and resolves, in time.
+func (ix *Index) SetOutside(n int64) { ix.outside = n }
+
 // Each calls fn for every key with a row or an equality delete recorded
 // (states with neither say nothing and are skipped), in (hash, key) order,
 // until fn returns false: the memory tier merged with the spill runs,
 // which are read sequentially. The index must not change during the call.
 func (ix *Index) Each(fn func(hash uint64, key []byte, s State) bool) error {
+	if ix.partials > 0 {
+		return fmt.Errorf("dedup: Each over %d partial states: Resolve first", ix.partials)
+	}
 	m := &ix.mem
 	m.sortOrder()
 	i, stop := 0, false

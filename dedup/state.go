@@ -6,7 +6,7 @@ import (
 )
 
 // MaxFile is the largest data-file ordinal a Ref can hold.
-const MaxFile = 1<<30 - 1
+const MaxFile = 1<<28 - 1
 
 // Ref is where a row written in the window sits: the writer's data-file
 // ordinal and the row's position in that file.
@@ -26,11 +26,23 @@ type State struct {
 	// EqDeleted reports that an equality delete for the key was already
 	// written in this window, so older snapshots hold no row for it.
 	EqDeleted bool
+	// Partial reports that the state was derived without the key's older
+	// state, which the spill runs may hold (Index.Touch found the key
+	// neither in memory nor ruled out by the runs' filters): Resolve
+	// combines the two through Options.Merge. Spill runs never hold a
+	// partial state.
+	Partial bool
+	// EqDeletedIfRow is, for a partial state, what EqDeleted would be had
+	// the key's older state been a live row without an equality delete
+	// (the upsert rules differ for such a key after its first change).
+	EqDeletedIfRow bool
 }
 
 const (
-	flagHasRow    = 1 << 31
-	flagEqDeleted = 1 << 30
+	flagHasRow         = 1 << 31
+	flagEqDeleted      = 1 << 30
+	flagPartial        = 1 << 29
+	flagEqDeletedIfRow = 1 << 28
 )
 
 // pack returns the (file|flags, pos) words of s as the memory tier holds them.
@@ -42,14 +54,22 @@ func (s State) pack() (uint32, uint32) {
 	if s.EqDeleted {
 		f |= flagEqDeleted
 	}
+	if s.Partial {
+		f |= flagPartial
+	}
+	if s.EqDeletedIfRow {
+		f |= flagEqDeletedIfRow
+	}
 	return f, s.Row.Pos
 }
 
 func unpack(f, pos uint32) State {
 	return State{
-		Row:       Ref{File: f & MaxFile, Pos: pos},
-		HasRow:    f&flagHasRow != 0,
-		EqDeleted: f&flagEqDeleted != 0,
+		Row:            Ref{File: f & MaxFile, Pos: pos},
+		HasRow:         f&flagHasRow != 0,
+		EqDeleted:      f&flagEqDeleted != 0,
+		Partial:        f&flagPartial != 0,
+		EqDeletedIfRow: f&flagEqDeletedIfRow != 0,
 	}
 }
 
@@ -68,5 +88,9 @@ func decodeValue(v []byte) (State, error) {
 	if len(v) != valueLen {
 		return State{}, fmt.Errorf("dedup: spilled value has %d bytes, want %d", len(v), valueLen)
 	}
-	return unpack(binary.LittleEndian.Uint32(v), binary.LittleEndian.Uint32(v[4:])), nil
+	s := unpack(binary.LittleEndian.Uint32(v), binary.LittleEndian.Uint32(v[4:]))
+	if s.Partial {
+		return State{}, fmt.Errorf("dedup: spilled value holds a partial state")
+	}
+	return s, nil
 }

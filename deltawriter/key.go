@@ -1,6 +1,7 @@
 package deltawriter
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -118,3 +119,63 @@ func (kc *KeyCodec) Append(dst []byte, row []any) ([]byte, error) {
 
 // Hash returns xxhash64 of canonical key bytes.
 func Hash(key []byte) uint64 { return xxhash.Sum64(key) }
+
+// Decode sets the key columns of row (a row of the codec's schema) to the
+// values of canonical key bytes, as Append wrote them.
+func (kc *KeyCodec) Decode(key []byte, row []any) error {
+	short := func(i, n int) error {
+		if len(key) < n {
+			return fmt.Errorf("key column %q: %d bytes left, want %d", kc.names[i], len(key), n)
+		}
+		return nil
+	}
+	for i, c := range kc.cols {
+		var v any
+		switch kc.types[i].(type) {
+		case iceberg.BooleanType:
+			if err := short(i, 1); err != nil {
+				return err
+			}
+			v, key = key[0] == 1, key[1:]
+		case iceberg.Int32Type, iceberg.DateType:
+			if err := short(i, 4); err != nil {
+				return err
+			}
+			v, key = int32(binary.BigEndian.Uint32(key)^(1<<31)), key[4:]
+		case iceberg.Int64Type, iceberg.TimeType, iceberg.TimestampType, iceberg.TimestampTzType:
+			if err := short(i, 8); err != nil {
+				return err
+			}
+			v, key = int64(binary.BigEndian.Uint64(key)^(1<<63)), key[8:]
+		case iceberg.DecimalType:
+			if err := short(i, 16); err != nil {
+				return err
+			}
+			v, key = decimal128.New(int64(binary.BigEndian.Uint64(key)^(1<<63)), binary.BigEndian.Uint64(key[8:])), key[16:]
+		case iceberg.UUIDType:
+			if err := short(i, 16); err != nil {
+				return err
+			}
+			v, key = uuid.UUID(key[:16]), key[16:]
+		case iceberg.StringType, iceberg.BinaryType, iceberg.FixedType:
+			n, w := binary.Uvarint(key)
+			if w <= 0 || uint64(len(key)-w) < n {
+				return fmt.Errorf("key column %q: bad length", kc.names[i])
+			}
+			b := key[w : w+int(n)]
+			key = key[w+int(n):]
+			if _, ok := kc.types[i].(iceberg.StringType); ok {
+				v = string(b)
+			} else {
+				v = bytes.Clone(b)
+			}
+		default:
+			return fmt.Errorf("key column %q: type %s", kc.names[i], kc.types[i])
+		}
+		row[c] = v
+	}
+	if len(key) != 0 {
+		return fmt.Errorf("key has %d bytes past its columns", len(key))
+	}
+	return nil
+}

@@ -273,15 +273,20 @@ func (f *parquetFile) encode(rec arrow.RecordBatch) {
 	if f.err.Load() == nil {
 		err := f.fw.WriteBuffered(rec)
 		f.rgRaw += raw
-		if err == nil && f.rgBytes > 0 && f.rgRaw >= f.rgBytes {
+		held := f.fw.RowGroupTotalCompressedBytes() + max(f.rgRaw-f.fw.RowGroupTotalBytesWritten(), 0)
+		// A row group ends when what it holds (encoded pages, values not
+		// yet encoded) reaches its size, or its values four times that:
+		// groups as large as the memory allows, since every page of a
+		// small group pays the compressor's setup again.
+		if err == nil && f.rgBytes > 0 && (held >= f.rgBytes || f.rgRaw >= 4*f.rgBytes) {
 			err = f.fw.NewBufferedRowGroupChecked()
-			f.rgRaw = 0
+			f.rgRaw, held = 0, f.fw.RowGroupTotalCompressedBytes()
 		}
 		if err != nil {
 			err = fmt.Errorf("writing %s: %w", f.path, err)
 			f.err.Store(&err)
 		}
-		f.held.Store(f.fw.RowGroupTotalCompressedBytes() + max(f.rgRaw-f.fw.RowGroupTotalBytesWritten(), 0))
+		f.held.Store(held)
 	}
 	rec.Release()
 	f.consumed.Add(raw)

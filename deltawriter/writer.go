@@ -194,6 +194,9 @@ type Stats struct {
 	// count the files as committed.
 	RewrittenFiles   int
 	RewrittenDeletes int64
+	// DeferredResolved counts the partial keys (changes the spill runs
+	// were not read for) completed in sorted order.
+	DeferredResolved int64
 	Index            dedup.Stats
 	// DeleteByPosition: IndexLookups counts the window keys looked up in
 	// the key index at PrepareCommit, OldRowsDeleted the rows of earlier
@@ -271,10 +274,17 @@ type Writer struct {
 	doneBytes int64
 	seq       int
 	posDels   int // buffered position deletes over all lanes
-	keyBuf    []byte
-	partBuf   []byte
-	err       error
-	stats     Stats
+	// eqHeld are the equality deletes of partial keys (deferred.go);
+	// eqNext is the next to settle once sorted.
+	eqHeld   []pendingEq
+	eqNow    []pendingEq // the current change's, until its Put
+	eqSorted bool
+	eqNext   int
+	eqRow    []any
+	keyBuf   []byte
+	partBuf  []byte
+	err      error
+	stats    Stats
 }
 
 // fileInfo is a data file of the window, by ordinal.
@@ -379,11 +389,15 @@ func New(ctx context.Context, tbl *table.Table, opts Options) (*Writer, error) {
 	}
 	props := tbl.Properties()
 	opts = opts.withDefaults(props)
+	var w *Writer
+	opts.Index.Merge = func(id uint32, hash uint64, key []byte, old dedup.State, found bool, n dedup.State) (dedup.State, error) {
+		return w.merge(id, hash, key, old, found, n)
+	}
 	index, err := dedup.New(opts.Index)
 	if err != nil {
 		return nil, err
 	}
-	w := &Writer{
+	w = &Writer{
 		opts:      opts,
 		schema:    schema,
 		spec:      tbl.Spec(),
@@ -424,6 +438,7 @@ func (w *Writer) resetWindow() {
 	w.doneBytes = 0
 	w.seq = 0
 	w.posDels = 0
+	w.eqHeld, w.eqNext, w.eqSorted = nil, 0, false // their memory is the window's
 }
 
 // Stats returns the writer's counters.
@@ -494,27 +509,38 @@ func (w *Writer) Write(ctx context.Context, ch Change) error {
 	w.stats.Changes++
 	ln.used = w.stats.Changes
 	h := Hash(key)
-	st, found, err := w.index.Get(h, key)
+	// Touch answers from memory: a key the spill runs may hold comes back
+	// partial, to be completed in sorted order later (deferred.go).
+	st, found, err := w.index.Touch(h, key)
 	if err != nil {
 		return w.fail(fmt.Errorf("deltawriter: index lookup: %w", err))
 	}
-	if found && st.HasRow {
+	removes := !insert || w.opts.Mode == Upsert
+	if st.HasRow {
 		// The key's live row was written in this window: only a position
 		// delete can remove it (an equality delete would not apply).
 		if err := w.positionDelete(st.Row); err != nil {
 			return w.fail(err)
 		}
 		st.HasRow = false
-	} else if !st.EqDeleted && (!insert || w.opts.Mode == Upsert) {
-		// The key's row, if any, is in an earlier snapshot. With a key
-		// index it is found at PrepareCommit (EqDeleted then means "to
-		// be resolved"); without, an equality delete removes it.
-		if w.tidx == nil {
-			if err := w.equalityDelete(ln, ch.Row); err != nil {
+	} else {
+		if !st.EqDeleted && removes {
+			// The key's row, if any, is in an earlier snapshot. With a key
+			// index it is found at PrepareCommit (EqDeleted then means "to
+			// be resolved"); without, an equality delete removes it.
+			if err := w.deleteOlder(ln, ch.Row, h, st.Partial, false); err != nil {
 				return w.fail(err)
 			}
+			st.EqDeleted = true
 		}
-		st.EqDeleted = true
+		if st.Partial && found && !st.EqDeletedIfRow && removes {
+			// The same, had the key's older state been a live row (which
+			// the chain's first change position-deleted instead).
+			if err := w.deleteOlder(ln, ch.Row, h, true, true); err != nil {
+				return w.fail(err)
+			}
+			st.EqDeletedIfRow = true
+		}
 	}
 	if insert {
 		ref, err := w.appendRow(ln, ch.Row)
@@ -523,8 +549,12 @@ func (w *Writer) Write(ctx context.Context, ch Change) error {
 		}
 		st.Row, st.HasRow = ref, true
 	}
-	if err := w.index.Put(h, key, st); err != nil {
+	id, err := w.index.PutID(h, key, st)
+	if err != nil {
 		return w.fail(fmt.Errorf("deltawriter: index: %w", err))
+	}
+	if len(w.eqNow) > 0 {
+		w.hold(id)
 	}
 	if w.stats.Changes&255 == 0 {
 		if err := ctx.Err(); err != nil {
@@ -548,11 +578,15 @@ func (w *Writer) account() error {
 		ln.bytes = ln.openBytes()
 		pq += ln.bytes
 	}
-	total := pq + w.index.MemoryBytes() + dels
+	held := w.heldEqBytes()
+	total := pq + w.index.MemoryBytes() + dels + held
 	w.stats.AccountedBytes = total
 	if total > w.stats.PeakAccountedBytes {
 		w.stats.PeakAccountedBytes = total
 	}
+	// Held equality deletes count against the index's share: it spills
+	// (and settles them) sooner.
+	w.index.SetOutside(held)
 	if w.opts.parquetBytes <= 0 || pq <= w.opts.parquetBytes {
 		return nil
 	}
@@ -903,6 +937,9 @@ func (w *Writer) PrepareCommit(ctx context.Context) (commit.Payload, error) {
 		return commit.Payload{}, err
 	}
 	if err := w.account(); err != nil {
+		return commit.Payload{}, w.fail(err)
+	}
+	if err := w.resolve(); err != nil {
 		return commit.Payload{}, w.fail(err)
 	}
 	if w.tidx != nil {

@@ -1,0 +1,169 @@
+package spill
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Cursor answers lookups in one run of keys asked in increasing (hash,
+// key) order: the blocks it needs are read forward, whole chunks of up to
+// iterReadAhead bytes at once and bypassing the cache, so a batch of
+// sorted lookups costs one sequential pass over the blocks it touches
+// rather than a read per key. Not safe for concurrent use; the run must
+// stay open while the cursor is used.
+type Cursor struct {
+	r     *Reader
+	chunk []byte // blocks [chunkLo, chunkHi) as read from the file
+	// chunkLo, chunkHi bound the blocks in chunk; cur is the block in
+	// block (-1: none yet).
+	chunkLo, chunkHi, cur int
+	block                 []byte
+	lastHash              uint64
+	lastKey               []byte
+	started               bool
+}
+
+// NewCursor returns a cursor before the run's first key.
+func (r *Reader) NewCursor() *Cursor { return &Cursor{r: r, cur: -1} }
+
+// mayContain reports whether the run may hold hash: its range and filter
+// do not rule it out.
+func (r *Reader) mayContain(hash uint64) bool {
+	return r.ft.entries > 0 && hash >= r.ft.smallest && hash <= r.ft.largest && (r.noFilter || r.filter.MayContain(hash))
+}
+
+// Get looks up key, whose hash is hash, which must not come before the
+// key of the cursor's previous Get. The value aliases the cursor's buffer
+// (valid until the next Get). src is SourceFilter when the range or the
+// filter answered, SourceDisk when a chunk was read, else SourceCache.
+func (c *Cursor) Get(hash uint64, key []byte) (value []byte, found bool, src Source, err error) {
+	r := c.r
+	if r.closed {
+		return nil, false, SourceNone, fmt.Errorf("spill: cursor on run %s: %w", r.name, ErrClosed)
+	}
+	if c.started && (hash < c.lastHash || hash == c.lastHash && string(key) < string(c.lastKey)) {
+		return nil, false, SourceNone, fmt.Errorf("spill: cursor on run %s: key asked out of order", r.name)
+	}
+	c.started, c.lastHash, c.lastKey = true, hash, append(c.lastKey[:0], key...)
+	if !r.mayContain(hash) {
+		return nil, false, SourceFilter, nil
+	}
+	// First block whose last hash is >= hash (from the first: a key of a
+	// hash that spans blocks may sit before the current one).
+	lo, hi := 0, len(r.lastHash)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if r.lastHash[m] < hash {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	src = SourceCache
+	for i := lo; i < len(r.lastHash); i++ {
+		b, read, err := c.blockAt(i)
+		if read {
+			src = SourceDisk
+		}
+		if err != nil {
+			return nil, false, src, err
+		}
+		v, found, ok := searchBlock(b, hash, key)
+		if !ok {
+			return nil, false, src, corruptf(r.name, int64(r.offs[i]), "malformed data block %d", i)
+		}
+		if found {
+			return v, true, src, nil
+		}
+		if r.lastHash[i] != hash {
+			break // equal hashes may continue in the next block only
+		}
+	}
+	return nil, false, src, nil
+}
+
+// blockAt returns data block i (without its trailer), checked; read says
+// whether the file was read for it.
+func (c *Cursor) blockAt(i int) (b []byte, read bool, err error) {
+	if i == c.cur {
+		return c.block, false, nil
+	}
+	r := c.r
+	if i < c.chunkLo || i >= c.chunkHi {
+		j := i + 1
+		for j < len(r.lastHash) && r.offs[j+1]-r.offs[i] <= iterReadAhead {
+			j++
+		}
+		n := int(r.offs[j] - r.offs[i])
+		if cap(c.chunk) < n {
+			c.chunk = make([]byte, n)
+		}
+		c.chunk = c.chunk[:n]
+		if err := r.readAt(c.chunk, int64(r.offs[i])); err != nil {
+			return nil, true, err
+		}
+		c.chunkLo, c.chunkHi, read = i, j, true
+	}
+	h := r.handle(i)
+	raw := c.chunk[h.off-r.offs[c.chunkLo]:][:int(h.len)+trailerLen]
+	if typ := raw[h.len]; typ != blockKindData {
+		return nil, read, corruptf(r.name, int64(h.off)+int64(h.len), "block type %#x, want %#x", typ, blockKindData)
+	}
+	if got, want := blockChecksum(raw[:h.len+1]), binary.LittleEndian.Uint32(raw[h.len+1:]); got != want {
+		return nil, read, corruptf(r.name, int64(h.off), "block checksum mismatch (got %08x, want %08x)", got, want)
+	}
+	c.cur, c.block = i, raw[:h.len]
+	return c.block, read, nil
+}
+
+// MemoryBytes is what the cursor holds: its chunk buffer.
+func (c *Cursor) MemoryBytes() int64 { return int64(cap(c.chunk) + cap(c.lastKey)) }
+
+// SetCursor answers lookups in every run of a Set, newest first, of keys
+// asked in increasing (hash, key) order: one Cursor per run. The set must
+// not flush, compact or reset while it is used.
+type SetCursor struct {
+	s  *Set
+	cs []*Cursor // parallel to s.runs
+}
+
+// NewCursor returns a cursor over the set's runs as they are now.
+func (s *Set) NewCursor() *SetCursor {
+	c := &SetCursor{s: s, cs: make([]*Cursor, len(s.runs))}
+	for i, rn := range s.runs {
+		c.cs[i] = rn.r.NewCursor()
+	}
+	return c
+}
+
+// Get returns the value of the newest run that holds (hash, key), as
+// Set.Get does, for keys asked in increasing order. The value is valid
+// until the next Get.
+func (c *SetCursor) Get(hash uint64, key []byte) (value []byte, found bool, src Source, err error) {
+	if c.s.closed.Load() {
+		return nil, false, SourceNone, c.s.errClosed("cursor get")
+	}
+	for i := len(c.cs) - 1; i >= 0 && !found && err == nil; i-- {
+		var ps Source
+		value, found, ps, err = c.cs[i].Get(hash, key)
+		src = max(src, ps)
+	}
+	c.s.c.lookups.Add(1)
+	c.s.c.bySource[src].Add(1)
+	if !found {
+		value = nil
+	}
+	return value, found, src, err
+}
+
+// MayContain reports whether some run of the set may hold hash: the runs'
+// hash ranges and bloom filters (a run whose filter was dropped always
+// may) do not rule it out. No file is read.
+func (s *Set) MayContain(hash uint64) bool {
+	for _, rn := range s.runs {
+		if rn.r.mayContain(hash) {
+			return true
+		}
+	}
+	return false
+}
