@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 
 	"github.com/icesink/icesink/spill"
 )
@@ -529,19 +528,15 @@ func (ix *Index) Resolve() error {
 	ix.stats.Resolves++
 	ix.last.valid = false
 	m := &ix.mem
-	// The tier's sort scratch takes the partial entries only.
-	m.sorted = false
-	order := m.order[:0]
-	for i := range m.entries {
-		if m.entries[i].file&flagPartial != 0 {
-			order = append(order, uint32(i))
-		}
-	}
-	slices.SortFunc(order, m.compare)
-	m.order = order
+	// The tier's own order (a spill writes in it next; merges change
+	// states, not keys).
+	m.sortOrder()
 	cur := ix.set.NewCursor()
-	for _, i := range order {
+	for _, i := range m.order {
 		e := &m.entries[i]
+		if e.file&flagPartial == 0 {
+			continue
+		}
 		key := m.key(e)
 		v, found, _, err := cur.Get(e.hash, key)
 		if err != nil {
