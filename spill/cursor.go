@@ -1,7 +1,6 @@
 package spill
 
 import (
-	"encoding/binary"
 	"fmt"
 )
 
@@ -12,19 +11,15 @@ import (
 // rather than a read per key. Not safe for concurrent use; the run must
 // stay open while the cursor is used.
 type Cursor struct {
-	r     *Reader
-	chunk []byte // blocks [chunkLo, chunkHi) as read from the file
-	// chunkLo, chunkHi bound the blocks in chunk; cur is the block in
-	// block (-1: none yet).
-	chunkLo, chunkHi, cur int
-	block                 []byte
-	lastHash              uint64
-	lastKey               []byte
-	started               bool
+	r        *Reader
+	c        chunk
+	lastHash uint64
+	lastKey  []byte
+	started  bool
 }
 
 // NewCursor returns a cursor before the run's first key.
-func (r *Reader) NewCursor() *Cursor { return &Cursor{r: r, cur: -1} }
+func (r *Reader) NewCursor() *Cursor { return &Cursor{r: r} }
 
 // mayContain reports whether the run may hold hash: its range and filter
 // do not rule it out.
@@ -48,76 +43,20 @@ func (c *Cursor) Get(hash uint64, key []byte) (value []byte, found bool, src Sou
 	if !r.mayContain(hash) {
 		return nil, false, SourceFilter, nil
 	}
-	// First block whose last hash is >= hash (from the first: a key of a
-	// hash that spans blocks may sit before the current one).
-	lo, hi := 0, len(r.lastHash)
-	for lo < hi {
-		m := int(uint(lo+hi) >> 1)
-		if r.lastHash[m] < hash {
-			lo = m + 1
-		} else {
-			hi = m
-		}
-	}
-	src = SourceCache
-	for i := lo; i < len(r.lastHash); i++ {
-		b, read, err := c.blockAt(i)
-		if read {
-			src = SourceDisk
-		}
-		if err != nil {
-			return nil, false, src, err
-		}
-		v, found, ok := searchBlock(b, hash, key)
-		if !ok {
-			return nil, false, src, corruptf(r.name, int64(r.offs[i]), "malformed data block %d", i)
-		}
-		if found {
-			return v, true, src, nil
-		}
-		if r.lastHash[i] != hash {
-			break // equal hashes may continue in the next block only
-		}
-	}
-	return nil, false, src, nil
+	return r.find(hash, key, c)
 }
 
-// blockAt returns data block i (without its trailer), checked; read says
-// whether the file was read for it.
-func (c *Cursor) blockAt(i int) (b []byte, read bool, err error) {
-	if i == c.cur {
-		return c.block, false, nil
+// dataBlock is the cursor's blockSource: from its chunk.
+func (c *Cursor) dataBlock(i int) ([]byte, Source, error) {
+	b, read, err := c.c.block(c.r, i)
+	if read {
+		return b, SourceDisk, err
 	}
-	r := c.r
-	if i < c.chunkLo || i >= c.chunkHi {
-		j := i + 1
-		for j < len(r.lastHash) && r.offs[j+1]-r.offs[i] <= iterReadAhead {
-			j++
-		}
-		n := int(r.offs[j] - r.offs[i])
-		if cap(c.chunk) < n {
-			c.chunk = make([]byte, n)
-		}
-		c.chunk = c.chunk[:n]
-		if err := r.readAt(c.chunk, int64(r.offs[i])); err != nil {
-			return nil, true, err
-		}
-		c.chunkLo, c.chunkHi, read = i, j, true
-	}
-	h := r.handle(i)
-	raw := c.chunk[h.off-r.offs[c.chunkLo]:][:int(h.len)+trailerLen]
-	if typ := raw[h.len]; typ != blockKindData {
-		return nil, read, corruptf(r.name, int64(h.off)+int64(h.len), "block type %#x, want %#x", typ, blockKindData)
-	}
-	if got, want := blockChecksum(raw[:h.len+1]), binary.LittleEndian.Uint32(raw[h.len+1:]); got != want {
-		return nil, read, corruptf(r.name, int64(h.off), "block checksum mismatch (got %08x, want %08x)", got, want)
-	}
-	c.cur, c.block = i, raw[:h.len]
-	return c.block, read, nil
+	return b, SourceCache, err
 }
 
 // MemoryBytes is what the cursor holds: its chunk buffer.
-func (c *Cursor) MemoryBytes() int64 { return int64(cap(c.chunk) + cap(c.lastKey)) }
+func (c *Cursor) MemoryBytes() int64 { return int64(cap(c.c.buf) + cap(c.lastKey)) }
 
 // SetCursor answers lookups in every run of a Set, newest first, of keys
 // asked in increasing (hash, key) order: one Cursor per run. The set must

@@ -2,7 +2,6 @@ package spill
 
 import (
 	"bytes"
-	"encoding/binary"
 	"fmt"
 )
 
@@ -23,10 +22,8 @@ type Iter struct {
 	r   *Reader
 	err error
 
-	next    int    // next block to decode
-	chunk   []byte // blocks [chunkLo, chunkHi) as read from the file
-	chunkLo int
-	chunkHi int
+	next int   // next block to decode
+	c    chunk // blocks as read from the file
 
 	block []byte // current block's entry region
 	pos   int
@@ -96,38 +93,18 @@ func (it *Iter) Next() bool {
 func (it *Iter) loadBlock() error {
 	r := it.r
 	i := it.next
-	if i < it.chunkLo || i >= it.chunkHi {
+	if !it.c.has(i) {
 		// The previous key must survive the read for the order check.
 		it.keyBuf = append(it.keyBuf[:0], it.key...)
 		it.key = it.keyBuf
-		// Read whole blocks i..j-1, at least one, up to iterReadAhead bytes.
-		j := i + 1
-		for j < len(r.lastHash) && r.offs[j+1]-r.offs[i] <= iterReadAhead {
-			j++
-		}
-		n := int(r.offs[j] - r.offs[i])
-		if cap(it.chunk) < n {
-			it.chunk = make([]byte, n)
-		}
-		it.chunk = it.chunk[:n]
-		if err := r.readAt(it.chunk, int64(r.offs[i])); err != nil {
-			return err
-		}
-		it.chunkLo, it.chunkHi = i, j
 	}
-	h := r.handle(i)
-	raw := it.chunk[h.off-r.offs[it.chunkLo]:][:int(h.len)+trailerLen]
-	typ := raw[h.len]
-	if typ != blockKindData {
-		return corruptf(r.name, int64(h.off)+int64(h.len), "block type %#x, want %#x", typ, blockKindData)
+	b, _, err := it.c.block(r, i)
+	if err != nil {
+		return err
 	}
-	if got, want := blockChecksum(raw[:h.len+1]), binary.LittleEndian.Uint32(raw[h.len+1:]); got != want {
-		return corruptf(r.name, int64(h.off), "block checksum mismatch (got %08x, want %08x)", got, want)
-	}
-	b := raw[:h.len]
 	end, _, ok := blockLayout(b)
 	if !ok {
-		return corruptf(r.name, int64(h.off), "data block %d has a malformed restart array", i)
+		return corruptf(r.name, int64(r.offs[i]), "data block %d has a malformed restart array", i)
 	}
 	it.block = b[:end]
 	it.pos = 0
@@ -150,7 +127,7 @@ func (it *Iter) Err() error { return it.err }
 
 // Close releases the iterator's buffer and returns Err.
 func (it *Iter) Close() error {
-	it.chunk, it.block, it.key, it.value = nil, nil, nil, nil
+	it.c.buf, it.block, it.key, it.value = nil, nil, nil, nil
 	if it.err == nil {
 		it.err = fmt.Errorf("spill: iterate run %s: %w", it.r.name, ErrClosed)
 		return nil

@@ -224,10 +224,21 @@ func (r *Reader) Get(hash uint64, key []byte) (value []byte, found bool, src Sou
 	if r.closed {
 		return nil, false, SourceNone, fmt.Errorf("spill: get from run %s: %w", r.name, ErrClosed)
 	}
-	if r.ft.entries == 0 || hash < r.ft.smallest || hash > r.ft.largest || (!r.noFilter && !r.filter.MayContain(hash)) {
+	if !r.mayContain(hash) {
 		return nil, false, SourceFilter, nil
 	}
-	// First block whose last hash is >= hash.
+	return r.find(hash, key, r)
+}
+
+// blockSource gives a run's data blocks: the reader's own (through the
+// cache) or a cursor's (read forward in chunks).
+type blockSource interface {
+	dataBlock(i int) ([]byte, Source, error)
+}
+
+// find searches the blocks that may hold (hash, key), from the first whose
+// last hash is >= hash, taking them from blocks.
+func (r *Reader) find(hash uint64, key []byte, blocks blockSource) (value []byte, found bool, src Source, err error) {
 	lo, hi := 0, len(r.lastHash)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
@@ -239,7 +250,7 @@ func (r *Reader) Get(hash uint64, key []byte) (value []byte, found bool, src Sou
 	}
 	src = SourceCache
 	for i := lo; i < len(r.lastHash); i++ {
-		b, s, err := r.dataBlock(i)
+		b, s, err := blocks.dataBlock(i)
 		if s > src {
 			src = s
 		}
@@ -258,6 +269,46 @@ func (r *Reader) Get(hash uint64, key []byte) (value []byte, found bool, src Sou
 		}
 	}
 	return nil, false, src, nil
+}
+
+// chunk holds whole data blocks [lo, hi) of a run as read at once: the
+// sequential readers' (Iter, Cursor) buffer.
+type chunk struct {
+	buf    []byte
+	lo, hi int
+}
+
+// has reports whether block i is in the chunk.
+func (c *chunk) has(i int) bool { return i >= c.lo && i < c.hi }
+
+// block returns data block i of r (without its trailer), checked, first
+// reading whole blocks from i on, up to iterReadAhead bytes (at least
+// one), when the chunk does not hold it; read says whether it did.
+func (c *chunk) block(r *Reader, i int) (b []byte, read bool, err error) {
+	if !c.has(i) {
+		j := i + 1
+		for j < len(r.lastHash) && r.offs[j+1]-r.offs[i] <= iterReadAhead {
+			j++
+		}
+		n := int(r.offs[j] - r.offs[i])
+		if cap(c.buf) < n {
+			c.buf = make([]byte, n)
+		}
+		c.buf = c.buf[:n]
+		if err := r.readAt(c.buf, int64(r.offs[i])); err != nil {
+			return nil, true, err
+		}
+		c.lo, c.hi, read = i, j, true
+	}
+	h := r.handle(i)
+	raw := c.buf[h.off-r.offs[c.lo]:][:int(h.len)+trailerLen]
+	if typ := raw[h.len]; typ != blockKindData {
+		return nil, read, corruptf(r.name, int64(h.off)+int64(h.len), "block type %#x, want %#x", typ, blockKindData)
+	}
+	if got, want := blockChecksum(raw[:h.len+1]), binary.LittleEndian.Uint32(raw[h.len+1:]); got != want {
+		return nil, read, corruptf(r.name, int64(h.off), "block checksum mismatch (got %08x, want %08x)", got, want)
+	}
+	return raw[:h.len], read, nil
 }
 
 // searchBlock finds (hash, key) in a data block. ok is false if the block is
