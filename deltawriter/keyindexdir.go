@@ -94,7 +94,42 @@ func (w *Writer) openTableIndex(ctx context.Context, tbl *table.Table) error {
 			return fmt.Errorf("deltawriter: removing the stale key index manifest in %s: %w", dir, err)
 		}
 	}
-	return w.buildTableIndex(ctx, tbl, ix)
+	if err := w.buildTableIndex(ctx, tbl, ix); err != nil {
+		return err
+	}
+	if w.CheckpointsKeyIndex() {
+		// A crash before the first commit need not rebuild again.
+		if _, err := w.saveKeyIndex(ctx, tbl); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckpointsKeyIndex reports whether CheckpointKeyIndex saves the key
+// index: a DeleteByPosition writer with a key index folder and a bounded
+// key index, whose committed windows are sorted runs on disk already (an
+// unbounded one holds them in memory: saving it writes it whole, which
+// SaveKeyIndex does once, at the end of a run).
+func (w *Writer) CheckpointsKeyIndex() bool {
+	return w.tidx != nil && w.opts.tableIndex.Dir != "" && w.opts.tableIndex.MemoryLimit > 0
+}
+
+// CheckpointKeyIndex saves the key index as SaveKeyIndex does, after a
+// commit (tbl holds it), when CheckpointsKeyIndex: what costs a manifest
+// and the fsync of the runs written since the last one. A restart after a
+// crash then takes the index saved at the last commit instead of reading
+// the table's key columns again. It returns why nothing was saved, as
+// SaveKeyIndex does.
+func (w *Writer) CheckpointKeyIndex(ctx context.Context, tbl *table.Table) (string, error) {
+	if !w.CheckpointsKeyIndex() {
+		return "the key index is saved at the end of the run only", nil
+	}
+	why, err := w.saveKeyIndex(ctx, tbl)
+	if why == "" && err == nil {
+		w.stats.IndexCheckpoints++
+	}
+	return why, err
 }
 
 const reasonInUse = "the key index folder is in use by another process"
@@ -139,12 +174,10 @@ func (w *Writer) loadTableIndex(ctx context.Context, tbl *table.Table, dir strin
 	if err != nil {
 		return fmt.Sprintf("the saved key index's runs could not be read: %v", err), nil
 	}
-	// From here on the folder's runs change: a crash must not leave the
-	// manifest naming them.
-	if err := os.Remove(filepath.Join(dir, keyIndexFile)); err != nil {
-		ix.Close()
-		return "", fmt.Errorf("deltawriter: removing the key index's manifest in %s: %w", dir, err)
-	}
+	// The manifest stays while the runs are as it names them: whatever
+	// changes the index first removes it (unsave), so a crash before that
+	// finds it again.
+	w.saved = true
 	w.failpoint("keyindex-load")
 	t := &tableIndex{ix: ix, files: m.Files, lanes: m.Lanes, ids: make(map[string]uint32, len(m.Files)), base: -1}
 	for i, p := range m.Files {

@@ -100,11 +100,11 @@ type Options struct {
 	KeyIndexDir string
 	// Failpoint, if set, is called with the name of each point a crash
 	// test may stop the process at: keyindex-rebuild (after each data file
-	// a rebuild read), keyindex-load (a saved index taken, its manifest
-	// removed), keyindex-resolve (the window's old rows looked up, their
-	// deletes not yet written), keyindex-ingest (a committed window in the
-	// key index, the window not yet reset), keyindex-save (runs saved, the
-	// manifest not yet written).
+	// a rebuild read), keyindex-load (a saved index taken),
+	// keyindex-resolve (the window's old rows looked up, their deletes not
+	// yet written), keyindex-ingest (a committed window in the key index,
+	// the window not yet reset), keyindex-save (runs saved, the manifest
+	// not yet written).
 	Failpoint func(name string)
 
 	parquetBytes int64         // the open Parquet writers' share of MemoryLimit
@@ -225,7 +225,10 @@ type Stats struct {
 	// Options.KeyIndexDir without a rebuild (0 or 1 for one writer);
 	// otherwise IndexRebuildReason says why it rebuilt ("" without a
 	// folder).
-	IndexesReused      int
+	IndexesReused int
+	// IndexCheckpoints counts the key index saves CheckpointKeyIndex did
+	// after commits (and New after a rebuild does not count).
+	IndexCheckpoints   int
 	IndexRebuildReason string
 	// IndexNotSaved is why SaveKeyIndex did not save the key index ("" if
 	// it did, or was not called).

@@ -112,6 +112,17 @@ func (w *writer) run(ctx context.Context) error {
 			if err := w.dw.Committed(ctx); err != nil {
 				return err
 			}
+			if w.dw.CheckpointsKeyIndex() {
+				// A restart after a crash takes the index as of this
+				// commit instead of rebuilding it from the table.
+				tbl, err := w.current(ctx)
+				if err != nil {
+					return err
+				}
+				if _, err := w.dw.CheckpointKeyIndex(ctx, tbl); err != nil {
+					return err
+				}
+			}
 			if w.onCommit != nil && len(b.offsets) > 0 {
 				go w.onCommit(Position{Epoch: b.epoch, Line: b.line, InputID: b.inputID, Offsets: b.offsets})
 			}

@@ -52,6 +52,7 @@ func (s *Set) compact(lo int) error {
 	}
 	old := append([]*run(nil), inputs...)
 	s.runs = s.runs[:lo]
+	s.dirSynced = false
 	if out != nil {
 		s.runs = append(s.runs, out)
 	}

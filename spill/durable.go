@@ -63,6 +63,7 @@ func OpenSetIn(dir string, runs []string, opts SetOptions) (*Set, error) {
 			s.Release()
 			return nil, err
 		}
+		rn.synced = true // named by a manifest, written after their Sync
 		s.runs = append(s.runs, rn)
 		s.nextID = max(s.nextID, seq+1)
 	}
@@ -114,13 +115,21 @@ func (s *Set) Sync() error {
 		return nil
 	}
 	for _, rn := range s.runs {
+		if rn.synced {
+			continue
+		}
 		if err := sy.Sync(rn.path); err != nil {
 			return fmt.Errorf("spill: sync run %s: %w", rn.path, err)
 		}
+		rn.synced = true
+	}
+	if s.dirSynced {
+		return nil
 	}
 	if err := sy.Sync(s.dir); err != nil {
 		return fmt.Errorf("spill: sync folder %s: %w", s.dir, err)
 	}
+	s.dirSynced = true
 	return nil
 }
 

@@ -65,10 +65,11 @@ type counters struct {
 }
 
 type run struct {
-	id   uint64 // cache ID
-	path string
-	r    *Reader
-	info RunInfo
+	id     uint64 // cache ID
+	path   string
+	r      *Reader
+	info   RunInfo
+	synced bool // Sync made it durable (runs are immutable)
 }
 
 // Set is the run manager of one writer: a private folder of runs, newest
@@ -82,9 +83,12 @@ type Set struct {
 	cache    *Cache
 	ownCache bool
 	runs     []*run // oldest first
-	nextID   uint64
-	closed   atomic.Bool
-	c        counters
+	// dirSynced: the folder's entries were made durable by Sync and no
+	// run was added or removed since.
+	dirSynced bool
+	nextID    uint64
+	closed    atomic.Bool
+	c         counters
 }
 
 const (
@@ -200,6 +204,7 @@ func (s *Set) Flush(n int, entries iter.Seq[Entry]) (RunInfo, error) {
 		return RunInfo{}, err
 	}
 	s.runs = append(s.runs, rn)
+	s.dirSynced = false
 	s.c.flushes.Add(1)
 	s.c.flushedEntries.Add(rn.info.Entries)
 	s.c.flushedBytes.Add(rn.info.Bytes)
@@ -309,6 +314,7 @@ func (s *Set) Reset() error {
 	}
 	err := s.dropRuns(s.runs)
 	s.runs = nil
+	s.dirSynced = false
 	s.updateGauges()
 	return err
 }
@@ -339,6 +345,7 @@ func (s *Set) Close() error {
 	s.closed.Store(true)
 	errs := []error{s.dropRuns(s.runs)}
 	s.runs = nil
+	s.dirSynced = false
 	s.updateGauges()
 	if err := s.fs.RemoveAll(s.dir); err != nil {
 		errs = append(errs, fmt.Errorf("spill: remove spill folder %s: %w", s.dir, err))

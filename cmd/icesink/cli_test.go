@@ -468,12 +468,16 @@ func TestKeyIndexCrashPoints(t *testing.T) {
 		point  string
 		nth    int
 		noSave bool // remove the saved index first: the rerun rebuilds
+		// reuse: the rerun takes the index saved at the last commit
+		// before the kill (it is saved with every commit); otherwise
+		// the kill left none consistent and the rerun rebuilds.
+		reuse bool
 	}{
-		{"keyindex-rebuild", 3, true},
-		{"keyindex-load", 1, false},
-		{"keyindex-resolve", 4, false},
-		{"keyindex-ingest", 4, false},
-		{"keyindex-save", 1, false},
+		{"keyindex-rebuild", 3, true, false},
+		{"keyindex-load", 1, false, true},
+		{"keyindex-resolve", 4, false, true},
+		{"keyindex-ingest", 4, false, false},
+		{"keyindex-save", 1, false, false},
 	} {
 		t.Run(tc.point, func(t *testing.T) {
 			wh, kd := t.TempDir(), t.TempDir()
@@ -500,6 +504,9 @@ func TestKeyIndexCrashPoints(t *testing.T) {
 			out, code = run(in, "")
 			if code != 0 || !strings.Contains(out, "eq-delete files / rows    0 / 0") {
 				t.Fatalf("rerun: exit %d\n%s", code, out)
+			}
+			if reused := strings.Contains(out, "reused by      2 writers"); reused != tc.reuse {
+				t.Errorf("after a kill at %s the rerun reused the saved index: %v, want %v\n%s", tc.point, reused, tc.reuse, out)
 			}
 			if n := committedLine(t, wh); n != int64(len(lines)) {
 				t.Fatalf("committed line %d, want %d", n, len(lines))

@@ -397,7 +397,7 @@ func printStats(w io.Writer, res sink.Result, p peaks, limit int64) {
 	fmt.Fprintf(&b, "spills / bytes spilled    %d / %s\n", s.Index.Spills, humanize.IBytes(uint64(s.Index.SpilledBytes)))
 	fmt.Fprintf(&b, "compactions / runs        %d / %d\n", s.Index.Compactions, s.Index.RunsCompacted)
 	fmt.Fprintf(&b, "local flushes             %d\n", s.LocalFlushes)
-	fmt.Fprintf(&b, "lookups memory/filter/cache/disk %d / %d / %d / %d\n", s.Index.LookupsMemory, s.Index.LookupsFilter, s.Index.LookupsCache, s.Index.LookupsDisk)
+	fmt.Fprintf(&b, "lookups memory/filter/cache/disk %d / %d / %d / %d; resolved in sorted passes %d\n", s.Index.LookupsMemory, s.Index.LookupsFilter, s.Index.LookupsCache, s.Index.LookupsDisk, s.Index.LookupsSorted)
 	fmt.Fprintf(&b, "data files / rows         %d / %d\n", s.DataFiles, s.DataRows)
 	fmt.Fprintf(&b, "pos-delete files / rows   %d / %d\n", s.PositionDeleteFile, s.PositionDeletes)
 	fmt.Fprintf(&b, "eq-delete files / rows    %d / %d\n", s.EqualityDeleteFile, s.EqualityDeletes)
@@ -414,6 +414,9 @@ func printStats(w io.Writer, res sink.Result, p peaks, limit int64) {
 		c := res.Compacted
 		fmt.Fprintf(&b, "compactions               %d: %d data files into %d, %d delete files dropped, %s read, %s written\n", res.Compactions,
 			c.RemovedDataFiles, c.AddedDataFiles, c.RemovedDeleteFiles, humanize.IBytes(uint64(c.BytesBefore)), humanize.IBytes(uint64(c.BytesAfter)))
+	}
+	if s.IndexCheckpoints > 0 {
+		fmt.Fprintf(&b, "key index: saved at       %d commits (writers x commits)\n", s.IndexCheckpoints)
 	}
 	if s.IndexNotSaved != "" {
 		fmt.Fprintf(&b, "key index: not saved      %s\n", s.IndexNotSaved)
