@@ -369,12 +369,15 @@ func lockStateDir(cfg Config) (func() error, error) {
 
 // jobOf is what a sink's writers and coordinator must agree on before any
 // file is written: the table (by UUID, so another warehouse's table of the
-// same name differs), its schema, partition spec and format, and the sink.
+// same name differs), its partition spec and format, and the sink. Not
+// the schema: it evolves while writers run (each process evolves it when
+// its events need it), and the committer reloads the table for a payload
+// written with a schema it does not know yet. (Keys only one side knows
+// are not compared: a coordinator's state saved with a schema-id is read.)
 func jobOf(tbl *table.Table, sinkID string) map[string]string {
 	meta := tbl.Metadata()
 	return map[string]string{
 		"table-uuid":     meta.TableUUID().String(),
-		"schema-id":      strconv.Itoa(tbl.Schema().ID),
 		"spec-id":        strconv.Itoa(meta.DefaultPartitionSpec()),
 		"format-version": strconv.Itoa(meta.Version()),
 		"sink-id":        sinkID,

@@ -47,6 +47,14 @@ func routeInput(ctx context.Context, cfg Config, src Source, writers []*writer, 
 	if err != nil {
 		return err
 	}
+	if setter, ok := src.(SchemaSetter); ok && cfg.EvolveSchema {
+		// The source decodes into the schema the writers took from the
+		// table: another process may have evolved it since the source
+		// was made (a group's member meets it at every new assignment).
+		if err := setter.SetSchema(writers[0].dw.Schema()); err != nil {
+			return fmt.Errorf("sink: decoding with the table's schema: %w", err)
+		}
+	}
 	pending := make([]batch, len(writers))
 	send := func(i int) error {
 		select {

@@ -51,65 +51,15 @@ func connectEnvelope(fields []string, before, after string) []byte {
 // column's type stops the run naming table, column, both types and line,
 // and commits nothing.
 func TestSchemaEvolutionAgainstModel(t *testing.T) {
-	v1 := []string{connectField("id", "int64", false), connectField("name", "string", false), connectField("qty", "int32", true)}
-	v2 := []string{connectField("id", "int64", false), connectField("name", "string", true), connectField("qty", "int64", true), connectField("note", "string", true)}
 	rng := rand.New(rand.NewPCG(23, 5))
-	model := map[int64][]any{} // id -> (id, name, qty as long, note)
-	var lines [][]byte
-	image := func(id int64, newer bool) (string, []any) {
-		name := fmt.Sprint("n", rng.IntN(100))
-		qty := int64(rng.Int32N(1000))
-		if !newer {
-			return fmt.Sprintf(`{"id":%d,"name":%q,"qty":%d}`, id, name, qty), []any{id, name, qty, nil}
-		}
-		var nameJSON, noteJSON = fmt.Sprintf("%q", name), "null"
-		var nameV, noteV any = name, nil
-		if rng.IntN(4) == 0 {
-			nameJSON, nameV = "null", nil
-		}
-		if rng.IntN(2) == 0 {
-			qty = 1<<40 + rng.Int64N(1000) // needs the long
-		}
-		if rng.IntN(2) == 0 {
-			noteV = fmt.Sprint("note ", rng.IntN(100))
-			noteJSON = fmt.Sprintf("%q", noteV)
-		}
-		return fmt.Sprintf(`{"id":%d,"name":%s,"qty":%d,"note":%s}`, id, nameJSON, qty, noteJSON), []any{id, nameV, qty, noteV}
-	}
-	const n = 3000
-	for i := range n {
-		newer := i >= n/3 && (i >= 2*n/3 && rng.IntN(2) == 0 || i < 2*n/3)
-		fields := v1
-		if newer {
-			fields = v2
-		}
-		id := int64(rng.IntN(300))
-		img, row := image(id, newer)
-		before := "null"
-		if model[id] != nil {
-			before, _ = image(id, newer) // the before image is not checked
-		}
-		if model[id] != nil && rng.IntN(6) == 0 {
-			lines = append(lines, connectEnvelope(fields, before, "null"))
-			delete(model, id)
-		} else {
-			lines = append(lines, connectEnvelope(fields, before, img))
-			model[id] = row
-		}
-		if i%97 == 96 {
-			lines = append(lines, []byte(`{"barrier":true}`))
-		}
-	}
+	lines, model := evolvingFeed(rng, 3000, true)
 	dir := t.TempDir()
 	input := filepath.Join(dir, "feed.jsonl")
 	if err := os.WriteFile(input, append(bytes.Join(lines, []byte("\n")), '\n'), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	schemaFile := filepath.Join(dir, "schema.json")
-	if err := os.WriteFile(schemaFile, []byte(`{"type":"struct","schema-id":0,"identifier-field-ids":[1],"fields":[
-	 {"id":1,"name":"id","required":true,"type":"long"},
-	 {"id":2,"name":"name","required":true,"type":"string"},
-	 {"id":3,"name":"qty","required":false,"type":"int"}]}`), 0o644); err != nil {
+	if err := os.WriteFile(schemaFile, []byte(firstSchema), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	whDir := t.TempDir()
@@ -127,11 +77,7 @@ func TestSchemaEvolutionAgainstModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := iceberg.NewSchemaWithIdentifiers(0, []int{1},
-		iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.Int64Type{}, Required: true},
-		iceberg.NestedField{ID: 2, Name: "name", Type: iceberg.StringType{}},
-		iceberg.NestedField{ID: 3, Name: "qty", Type: iceberg.Int64Type{}},
-		iceberg.NestedField{ID: 4, Name: "note", Type: iceberg.StringType{}})
+	want := evolvedSchema
 	if !tbl.Schema().Equals(want) {
 		t.Fatalf("the table's schema is\n%v\nwant\n%v", tbl.Schema(), want)
 	}
@@ -163,3 +109,71 @@ func TestSchemaEvolutionAgainstModel(t *testing.T) {
 		t.Fatal("the refused change committed something")
 	}
 }
+
+// evolvingFeed returns n Debezium events (JSON with schemas, with a
+// barrier line every 97 when barriers) whose source adds a column
+// ("note"), widens qty from int32 to int64 and makes name optional after
+// the first third; in the last third events of both schemas interleave.
+// model is the rows they leave: id -> (id, name, qty as long, note).
+func evolvingFeed(rng *rand.Rand, n int, barriers bool) (lines [][]byte, model map[int64][]any) {
+	v1 := []string{connectField("id", "int64", false), connectField("name", "string", false), connectField("qty", "int32", true)}
+	v2 := []string{connectField("id", "int64", false), connectField("name", "string", true), connectField("qty", "int64", true), connectField("note", "string", true)}
+	model = map[int64][]any{}
+	image := func(id int64, newer bool) (string, []any) {
+		name := fmt.Sprint("n", rng.IntN(100))
+		qty := int64(rng.Int32N(1000))
+		if !newer {
+			return fmt.Sprintf(`{"id":%d,"name":%q,"qty":%d}`, id, name, qty), []any{id, name, qty, nil}
+		}
+		var nameJSON, noteJSON = fmt.Sprintf("%q", name), "null"
+		var nameV, noteV any = name, nil
+		if rng.IntN(4) == 0 {
+			nameJSON, nameV = "null", nil
+		}
+		if rng.IntN(2) == 0 {
+			qty = 1<<40 + rng.Int64N(1000) // needs the long
+		}
+		if rng.IntN(2) == 0 {
+			noteV = fmt.Sprint("note ", rng.IntN(100))
+			noteJSON = fmt.Sprintf("%q", noteV)
+		}
+		return fmt.Sprintf(`{"id":%d,"name":%s,"qty":%d,"note":%s}`, id, nameJSON, qty, noteJSON), []any{id, nameV, qty, noteV}
+	}
+	for i := range n {
+		newer := i >= n/3 && (i >= 2*n/3 && rng.IntN(2) == 0 || i < 2*n/3)
+		fields := v1
+		if newer {
+			fields = v2
+		}
+		id := int64(rng.IntN(300))
+		img, row := image(id, newer)
+		before := "null"
+		if model[id] != nil {
+			before, _ = image(id, newer) // the before image is not checked
+		}
+		if model[id] != nil && rng.IntN(6) == 0 {
+			lines = append(lines, connectEnvelope(fields, before, "null"))
+			delete(model, id)
+		} else {
+			lines = append(lines, connectEnvelope(fields, before, img))
+			model[id] = row
+		}
+		if barriers && i%97 == 96 {
+			lines = append(lines, []byte(`{"barrier":true}`))
+		}
+	}
+	return lines, model
+}
+
+// evolvedSchema is the table's schema once evolvingFeed's events are in.
+var evolvedSchema = iceberg.NewSchemaWithIdentifiers(0, []int{1},
+	iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.Int64Type{}, Required: true},
+	iceberg.NestedField{ID: 2, Name: "name", Type: iceberg.StringType{}},
+	iceberg.NestedField{ID: 3, Name: "qty", Type: iceberg.Int64Type{}},
+	iceberg.NestedField{ID: 4, Name: "note", Type: iceberg.StringType{}})
+
+// firstSchema is the table's schema before: evolvingFeed's first events'.
+const firstSchema = `{"type":"struct","schema-id":0,"identifier-field-ids":[1],"fields":[
+	 {"id":1,"name":"id","required":true,"type":"long"},
+	 {"id":2,"name":"name","required":true,"type":"string"},
+	 {"id":3,"name":"qty","required":false,"type":"int"}]}`
