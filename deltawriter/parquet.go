@@ -273,20 +273,15 @@ func (f *parquetFile) encode(rec arrow.RecordBatch) {
 	if f.err.Load() == nil {
 		err := f.fw.WriteBuffered(rec)
 		f.rgRaw += raw
-		held := f.fw.RowGroupTotalCompressedBytes() + max(f.rgRaw-f.fw.RowGroupTotalBytesWritten(), 0)
-		// A row group ends when what it holds (encoded pages, values not
-		// yet encoded) reaches its size, or its values four times that:
-		// groups as large as the memory allows, since every page of a
-		// small group pays the compressor's setup again.
-		if err == nil && f.rgBytes > 0 && (held >= f.rgBytes || f.rgRaw >= 4*f.rgBytes) {
+		if err == nil && f.rgBytes > 0 && f.rgRaw >= f.rgBytes {
 			err = f.fw.NewBufferedRowGroupChecked()
-			f.rgRaw, held = 0, f.fw.RowGroupTotalCompressedBytes()
+			f.rgRaw = 0
 		}
 		if err != nil {
 			err = fmt.Errorf("writing %s: %w", f.path, err)
 			f.err.Store(&err)
 		}
-		f.held.Store(held)
+		f.held.Store(f.fw.RowGroupTotalCompressedBytes() + max(f.rgRaw-f.fw.RowGroupTotalBytesWritten(), 0))
 	}
 	rec.Release()
 	f.consumed.Add(raw)

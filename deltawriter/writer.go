@@ -593,6 +593,22 @@ func (w *Writer) account() error {
 	if w.opts.parquetBytes <= 0 || pq <= w.opts.parquetBytes {
 		return nil
 	}
+	if queued := w.queuedBytes(); queued > 0 {
+		// Batches waiting for the encoder: closing a file would not
+		// encode them sooner, only leave a small file. Wait for them
+		// (the encoder is the slower side), then look again.
+		if err := w.enc.barrier(); err != nil {
+			return err
+		}
+		pq = 0
+		for _, ln := range w.lanes {
+			ln.bytes = ln.openBytes()
+			pq += ln.bytes
+		}
+		if pq <= w.opts.parquetBytes {
+			return nil
+		}
+	}
 	open := make([]*lane, 0, len(w.lanes))
 	for _, ln := range w.lanes {
 		if ln.bytes > 0 {
@@ -618,6 +634,21 @@ func (w *Writer) account() error {
 		}
 	}
 	return nil
+}
+
+// queuedBytes is what the lanes' open files hand the encoder and it has
+// not encoded yet.
+func (w *Writer) queuedBytes() int64 {
+	var n int64
+	for _, ln := range w.lanes {
+		if ln.data != nil {
+			n += ln.data.queued()
+		}
+		if ln.eq != nil {
+			n += ln.eq.queued()
+		}
+	}
+	return n
 }
 
 // openBytes is what the lane's open Parquet writers hold in memory.
