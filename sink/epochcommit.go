@@ -32,9 +32,8 @@ type tableView struct {
 	ec *epochCommitter // nil: a remote coordinator
 	cm *commit.Committer
 
-	mu     sync.Mutex
-	loaded bool
-	epoch  uint64
+	mu   sync.Mutex
+	load epochLoad
 }
 
 // at returns the table as the catalog holds it now, loaded at most once
@@ -45,13 +44,25 @@ func (v *tableView) at(ctx context.Context, epoch uint64) (*table.Table, error) 
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if !v.loaded || v.epoch != epoch {
-		if err := v.cm.Refresh(ctx); err != nil {
+	return v.load.table(ctx, v.cm, epoch)
+}
+
+// epochLoad reloads a committer's table at most once per epoch: the
+// first call for an epoch reloads, later ones return what it loaded. Its
+// owner's lock guards it.
+type epochLoad struct {
+	loaded bool
+	epoch  uint64
+}
+
+func (l *epochLoad) table(ctx context.Context, cm *commit.Committer, epoch uint64) (*table.Table, error) {
+	if !l.loaded || l.epoch != epoch {
+		if err := cm.Refresh(ctx); err != nil {
 			return nil, err
 		}
-		v.loaded, v.epoch = true, epoch
+		l.loaded, l.epoch = true, epoch
 	}
-	return v.cm.Table(), nil
+	return cm.Table(), nil
 }
 
 // epochCommitter commits an epoch's payloads for the coordinator, one
@@ -77,10 +88,8 @@ type epochCommitter struct {
 	onCommit func(Position)
 	// latency is the last commit's duration in the catalog.
 	latency time.Duration
-	// loaded and loadedFor: the table was reloaded for epoch loadedFor
-	// (tableAt).
-	loaded    bool
-	loadedFor uint64
+	// load: the table reloaded once per epoch (tableAt).
+	load epochLoad
 }
 
 // waitMaintenance returns once no compaction round is running.
@@ -108,13 +117,7 @@ func (e *epochCommitter) tableAt(ctx context.Context, epoch uint64) (*table.Tabl
 	e.waitMaintenance()
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if !e.loaded || e.loadedFor != epoch {
-		if err := e.cm.Refresh(ctx); err != nil {
-			return nil, err
-		}
-		e.loaded, e.loadedFor = true, epoch
-	}
-	return e.cm.Table(), nil
+	return e.load.table(ctx, e.cm, epoch)
 }
 
 // compactRound runs one compaction round in the background; the next
