@@ -12,7 +12,6 @@ import (
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/icesink/icesink/warehouse"
@@ -34,16 +33,7 @@ func TestKafkaGroupSchemaEvolution(t *testing.T) {
 	rng := rand.New(rand.NewPCG(29, 3))
 	lines, model := evolvingFeed(rng, 3000, false)
 
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, "cdc"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("cdc"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
+	brokers, cl := kafkaCluster(t, 3)
 	ends := map[int32]int{}
 	var recs []*kgo.Record
 	for _, l := range lines {
@@ -80,7 +70,7 @@ func TestKafkaGroupSchemaEvolution(t *testing.T) {
 	caddr, coord := mpCoordinator(t, ctx, whDir, "--vnode-count", "3", "--checkpoint-interval", "300ms", "--align-timeout", "30s")
 	var procs []*mpProc
 	for range 2 {
-		procs = append(procs, mpStart(t, ctx, "run", "--warehouse", whDir, "--table", mpTable, "--kafka-brokers", c.ListenAddrs()[0], "--topic", "cdc",
+		procs = append(procs, mpStart(t, ctx, "run", "--warehouse", whDir, "--table", mpTable, "--kafka-brokers", brokers, "--topic", "cdc",
 			"--group", "sink", "--coordinator", caddr, "--format", "debezium-json", "--memory-limit", "1MiB", "--spill-dir", t.TempDir()))
 	}
 	// The records arrive in three bursts: each process holds its

@@ -34,18 +34,9 @@ import (
 // to 0. ends counts the records per partition produced so far.
 func kafkaStream(t testing.TB, parts int32) (addr string, produce func(lines [][]byte), ends map[int32]int) {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, "cdc", "dlq"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("cdc"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cl.Close)
+	addr, cl := kafkaCluster(t, parts)
 	ends = map[int32]int{}
-	return c.ListenAddrs()[0], func(lines [][]byte) {
+	return addr, func(lines [][]byte) {
 		t.Helper()
 		var recs []*kgo.Record
 		for _, l := range lines {
@@ -57,6 +48,24 @@ func kafkaStream(t testing.TB, parts int32) (addr string, produce func(lines [][
 			t.Error(err) // called from a producing goroutine too
 		}
 	}, ends
+}
+
+// kafkaCluster starts an in-process broker with topics "cdc" and "dlq" of
+// parts partitions, and a client producing to "cdc" into the partitions
+// its records name.
+func kafkaCluster(t testing.TB, parts int32) (addr string, cl *kgo.Client) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, "cdc", "dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err = kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic("cdc"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return c.ListenAddrs()[0], cl
 }
 
 // checkOffsets checks that the sink's last commit holds every partition's
