@@ -67,13 +67,12 @@ type Stats struct {
 	RunsCompacted int64
 	// Lookups split by where they were answered: the memory tier, a bloom
 	// filter or range check (no block read), the block cache, the disk.
-	// (Touch's misses that the filters cannot rule out are counted as
-	// Deferred, and looked up by Resolve, in order, as LookupsSorted.)
+	// (Touch's misses that the filters cannot rule out are looked up by
+	// Resolve, in order, as LookupsSorted.)
 	LookupsMemory int64
 	LookupsFilter int64
 	LookupsCache  int64
 	LookupsDisk   int64
-	Deferred      int64
 	LookupsSorted int64
 	// Resolves counts Resolve's passes over the runs.
 	Resolves int64
@@ -509,7 +508,6 @@ func (ix *Index) Touch(hash uint64, key []byte) (State, bool, error) {
 		ix.stats.LookupsFilter++
 		return State{}, false, nil
 	}
-	ix.stats.Deferred++
 	return State{Partial: true}, false, nil
 }
 

@@ -177,7 +177,13 @@ func (m *memtable) sortOrder() {
 		m.order[ends[k]] = uint32(i)
 		ends[k]++
 	}
-	less := m.compare
+	less := func(a, b uint32) int {
+		ea, eb := &m.entries[a], &m.entries[b]
+		if c := cmp.Compare(ea.hash, eb.hash); c != 0 {
+			return c
+		}
+		return bytes.Compare(m.key(ea), m.key(eb))
+	}
 	// ends[k] is now the end of bucket k (and the start of k+1).
 	lo := uint32(0)
 	for _, hi := range ends[:1<<b] {
@@ -187,15 +193,6 @@ func (m *memtable) sortOrder() {
 		lo = hi
 	}
 	m.sorted = true
-}
-
-// compare orders entries a and b by (hash, key).
-func (m *memtable) compare(a, b uint32) int {
-	ea, eb := &m.entries[a], &m.entries[b]
-	if c := cmp.Compare(ea.hash, eb.hash); c != 0 {
-		return c
-	}
-	return bytes.Compare(m.key(ea), m.key(eb))
 }
 
 // clear drops every entry and keeps the allocations for reuse.

@@ -86,7 +86,6 @@ func (w *Writer) resolve() error {
 // merge is the index's Options.Merge: it completes a partial state n of
 // key with the key's older state in the window (found false: none).
 func (w *Writer) merge(id uint32, hash uint64, key []byte, old dedup.State, found bool, n dedup.State) (dedup.State, error) {
-	w.stats.DeferredResolved++
 	hadRow := found && old.HasRow
 	eq := n.EqDeleted
 	if hadRow {

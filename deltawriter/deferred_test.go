@@ -37,8 +37,8 @@ func TestSpilledWriterDecidesAsUnbounded(t *testing.T) {
 						stats[i], tables[i] = writeStream(t, seed, mode, dm, limit)
 					}
 					un, sp := stats[0], stats[1]
-					if sp.Index.Spills == 0 || sp.DeferredResolved == 0 {
-						t.Fatalf("the small budget resolved no deferred key (%d spills, %d resolved)", sp.Index.Spills, sp.DeferredResolved)
+					if sp.Index.Spills == 0 || sp.Index.LookupsSorted == 0 {
+						t.Fatalf("the small budget resolved no deferred key (%d spills, %d resolved)", sp.Index.Spills, sp.Index.LookupsSorted)
 					}
 					type pair struct {
 						name   string

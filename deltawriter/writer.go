@@ -194,9 +194,6 @@ type Stats struct {
 	// count the files as committed.
 	RewrittenFiles   int
 	RewrittenDeletes int64
-	// DeferredResolved counts the partial keys (changes the spill runs
-	// were not read for) completed in sorted order.
-	DeferredResolved int64
 	Index            dedup.Stats
 	// DeleteByPosition: IndexLookups counts the window keys looked up in
 	// the key index at PrepareCommit, OldRowsDeleted the rows of earlier
@@ -575,12 +572,11 @@ func (w *Writer) Write(ctx context.Context, ch Change) error {
 // partitions (a local flush: the files stay in the window until the
 // commit) until they hold at most 3/4 of it.
 func (w *Writer) account() error {
-	var pq, dels int64
+	var dels int64
 	for _, ln := range w.lanes {
 		dels += int64(cap(ln.posDel)) * 8
-		ln.bytes = ln.openBytes()
-		pq += ln.bytes
 	}
+	pq := w.openBytes()
 	held := w.heldEqBytes()
 	total := pq + w.index.MemoryBytes() + dels + held
 	w.stats.AccountedBytes = total
@@ -593,21 +589,14 @@ func (w *Writer) account() error {
 	if w.opts.parquetBytes <= 0 || pq <= w.opts.parquetBytes {
 		return nil
 	}
-	if queued := w.queuedBytes(); queued > 0 {
-		// Batches waiting for the encoder: closing a file would not
-		// encode them sooner, only leave a small file. Wait for them
-		// (the encoder is the slower side), then look again.
-		if err := w.enc.barrier(); err != nil {
-			return err
-		}
-		pq = 0
-		for _, ln := range w.lanes {
-			ln.bytes = ln.openBytes()
-			pq += ln.bytes
-		}
-		if pq <= w.opts.parquetBytes {
-			return nil
-		}
+	// Batches waiting for the encoder may be what is over: closing a
+	// file would not encode them sooner, only leave a small file. Wait for
+	// them (the encoder is the slower side), then look again.
+	if err := w.enc.barrier(); err != nil {
+		return err
+	}
+	if pq = w.openBytes(); pq <= w.opts.parquetBytes {
+		return nil
 	}
 	open := make([]*lane, 0, len(w.lanes))
 	for _, ln := range w.lanes {
@@ -636,19 +625,15 @@ func (w *Writer) account() error {
 	return nil
 }
 
-// queuedBytes is what the lanes' open files hand the encoder and it has
-// not encoded yet.
-func (w *Writer) queuedBytes() int64 {
-	var n int64
+// openBytes is what the lanes' open Parquet writers hold in memory; it
+// records each lane's in lane.bytes.
+func (w *Writer) openBytes() int64 {
+	var pq int64
 	for _, ln := range w.lanes {
-		if ln.data != nil {
-			n += ln.data.queued()
-		}
-		if ln.eq != nil {
-			n += ln.eq.queued()
-		}
+		ln.bytes = ln.openBytes()
+		pq += ln.bytes
 	}
-	return n
+	return pq
 }
 
 // openBytes is what the lane's open Parquet writers hold in memory.

@@ -4,18 +4,15 @@ import (
 	"fmt"
 )
 
-// Cursor answers lookups in one run of keys asked in increasing (hash,
-// key) order: the blocks it needs are read forward, whole chunks of up to
-// iterReadAhead bytes at once and bypassing the cache, so a batch of
-// sorted lookups costs one sequential pass over the blocks it touches
-// rather than a read per key. Not safe for concurrent use; the run must
-// stay open while the cursor is used.
+// Cursor answers lookups in one run through a chunk of whole blocks read
+// at once (up to iterReadAhead bytes, bypassing the cache): keys asked in
+// increasing (hash, key) order cost one sequential pass over the blocks
+// they touch rather than a read per key (asked otherwise, the answers
+// stay right and chunks are read again). Not safe for concurrent use; the
+// run must stay open while the cursor is used.
 type Cursor struct {
-	r        *Reader
-	c        chunk
-	lastHash uint64
-	lastKey  []byte
-	started  bool
+	r *Reader
+	c chunk
 }
 
 // NewCursor returns a cursor before the run's first key.
@@ -27,19 +24,14 @@ func (r *Reader) mayContain(hash uint64) bool {
 	return r.ft.entries > 0 && hash >= r.ft.smallest && hash <= r.ft.largest && (r.noFilter || r.filter.MayContain(hash))
 }
 
-// Get looks up key, whose hash is hash, which must not come before the
-// key of the cursor's previous Get. The value aliases the cursor's buffer
-// (valid until the next Get). src is SourceFilter when the range or the
-// filter answered, SourceDisk when a chunk was read, else SourceCache.
+// Get looks up key, whose hash is hash. The value aliases the cursor's
+// buffer (valid until the next Get). src is SourceFilter when the range or
+// the filter answered, SourceDisk when a chunk was read, else SourceCache.
 func (c *Cursor) Get(hash uint64, key []byte) (value []byte, found bool, src Source, err error) {
 	r := c.r
 	if r.closed {
 		return nil, false, SourceNone, fmt.Errorf("spill: cursor on run %s: %w", r.name, ErrClosed)
 	}
-	if c.started && (hash < c.lastHash || hash == c.lastHash && string(key) < string(c.lastKey)) {
-		return nil, false, SourceNone, fmt.Errorf("spill: cursor on run %s: key asked out of order", r.name)
-	}
-	c.started, c.lastHash, c.lastKey = true, hash, append(c.lastKey[:0], key...)
 	if !r.mayContain(hash) {
 		return nil, false, SourceFilter, nil
 	}
@@ -56,14 +48,18 @@ func (c *Cursor) dataBlock(i int) ([]byte, Source, error) {
 }
 
 // MemoryBytes is what the cursor holds: its chunk buffer.
-func (c *Cursor) MemoryBytes() int64 { return int64(cap(c.c.buf) + cap(c.lastKey)) }
+func (c *Cursor) MemoryBytes() int64 { return int64(cap(c.c.buf)) }
 
 // SetCursor answers lookups in every run of a Set, newest first, of keys
-// asked in increasing (hash, key) order: one Cursor per run. The set must
-// not flush, compact or reset while it is used.
+// asked in increasing (hash, key) order (a key asked before the previous
+// one is refused: it would cost a read per run): one Cursor per run. The
+// set must not flush, compact or reset while it is used.
 type SetCursor struct {
-	s  *Set
-	cs []*Cursor // parallel to s.runs
+	s        *Set
+	cs       []*Cursor // parallel to s.runs
+	lastHash uint64
+	lastKey  []byte
+	started  bool
 }
 
 // NewCursor returns a cursor over the set's runs as they are now.
@@ -82,6 +78,10 @@ func (c *SetCursor) Get(hash uint64, key []byte) (value []byte, found bool, src 
 	if c.s.closed.Load() {
 		return nil, false, SourceNone, c.s.errClosed("cursor get")
 	}
+	if c.started && (hash < c.lastHash || hash == c.lastHash && string(key) < string(c.lastKey)) {
+		return nil, false, SourceNone, fmt.Errorf("spill: cursor on %s: key asked out of order", c.s.dir)
+	}
+	c.started, c.lastHash, c.lastKey = true, hash, append(c.lastKey[:0], key...)
 	for i := len(c.cs) - 1; i >= 0 && !found && err == nil; i-- {
 		var ps Source
 		value, found, ps, err = c.cs[i].Get(hash, key)
