@@ -558,6 +558,32 @@ func (ix *Index) Resolve() error {
 	return nil
 }
 
+// SetMemoryLimit changes a bounded index's Options.MemoryLimit from now
+// on (the block cache keeps the size New gave it, and the limit never
+// goes below the room the cache and a minimal memory tier need). When the
+// index holds more than the new limit, its memory tier spills at once.
+// An unbounded index stays so: n <= 0, or an index created without a
+// limit, is an error.
+func (ix *Index) SetMemoryLimit(n int64) error {
+	if ix.opts.MemoryLimit == 0 || n <= 0 {
+		return fmt.Errorf("dedup: memory limit %d: only a bounded index takes a new (positive) limit", n)
+	}
+	ix.opts.MemoryLimit = max(n, ix.reserve+64<<10)
+	if ix.set != nil {
+		ix.set.SetMaxFilterBytes(ix.filterCap())
+	}
+	if ix.mem.len() > 0 && ix.overBudget(0) {
+		if err := ix.spill(); err != nil {
+			return err
+		}
+		ix.mem.reset() // give the tier's allocation back
+	}
+	return nil
+}
+
+// MemoryLimit is the index's current limit (0: unbounded).
+func (ix *Index) MemoryLimit() int64 { return ix.opts.MemoryLimit }
+
 // SetOutside tells the index how many bytes its caller holds beside the
 // partial states (what Resolve's merges will settle): they count against
 // the index's budget, so that it spills, and resolves, in time.

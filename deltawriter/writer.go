@@ -125,26 +125,13 @@ func (o Options) withDefaults(props iceberg.Properties) Options {
 		o.RowGroupBytes = 64 << 20
 	}
 	if o.MemoryLimit > 0 {
-		// The budget's shares: half for the inserted-row index (of it a
-		// sixteenth of the whole for the spill read cache), an eighth for
-		// buffered position deletes, a quarter for the open Parquet
-		// writers (a sixteenth per row group), an eighth of headroom for
-		// what the accounting does not see exactly.
-		l := o.MemoryLimit
-		o.Index.MemoryLimit = l / 2
-		o.Index.CacheBytes = l / 16
+		o.shareBudget()
+		o.Index.CacheBytes = o.MemoryLimit / 16
 		if o.DeleteMode == DeleteByPosition {
-			// The window's index keeps 3/8 and the table's key index
-			// takes 1/8 (it takes each committed window as one sorted
-			// run, so its memory tier stays small); the cache is split
-			// likewise.
-			o.Index.MemoryLimit, o.Index.CacheBytes = l*3/8, l/32
-			o.tableIndex = dedup.Options{MemoryLimit: max(l/8, 128<<10), CacheBytes: l / 32}
+			o.Index.CacheBytes = o.MemoryLimit / 32
+			o.tableIndex.CacheBytes = o.MemoryLimit / 32
 		}
 		o.Index.SpillDir = o.SpillDir
-		o.DeleteBufferRows = int(max(l/8/8, 1024))
-		o.RowGroupBytes = max(l/16, 256<<10)
-		o.parquetBytes = l / 4
 	}
 	if o.DeleteBufferRows <= 0 {
 		o.DeleteBufferRows = 4 << 20
@@ -152,6 +139,26 @@ func (o Options) withDefaults(props iceberg.Properties) Options {
 	o.tableIndex.SpillDir, o.tableIndex.FS = o.SpillDir, o.Index.FS
 	o.tableIndex.Dir = o.KeyIndexDir
 	return o
+}
+
+// shareBudget splits MemoryLimit into its shares: half for the
+// inserted-row index (of it a sixteenth of the whole for the spill read
+// cache, which New sizes), an eighth for buffered position deletes, a
+// quarter for the open Parquet writers (a sixteenth per row group), an
+// eighth of headroom for what the accounting does not see exactly. With
+// DeleteByPosition the window's index keeps 3/8 and the table's key index
+// takes 1/8 (it takes each committed window as one sorted run, so its
+// memory tier stays small), the cache split likewise.
+func (o *Options) shareBudget() {
+	l := o.MemoryLimit
+	o.Index.MemoryLimit = l / 2
+	if o.DeleteMode == DeleteByPosition {
+		o.Index.MemoryLimit = l * 3 / 8
+		o.tableIndex.MemoryLimit = max(l/8, 128<<10)
+	}
+	o.DeleteBufferRows = int(max(l/8/8, 1024))
+	o.RowGroupBytes = max(l/16, 256<<10)
+	o.parquetBytes = l / 4
 }
 
 // SoftMemoryLimit is the Go runtime's soft memory limit
@@ -621,6 +628,60 @@ func (w *Writer) account() error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// MemoryLimit is the writer's budget now (Options.MemoryLimit, or what
+// SetMemoryLimit last gave); 0 is unbounded.
+func (w *Writer) MemoryLimit() int64 { return w.opts.MemoryLimit }
+
+// SetMemoryLimit gives a bounded writer a new budget from now on: its
+// shares are split again (the spill read caches keep the size New gave
+// them), and what is over the new shares is flushed locally at once — the
+// window's index spills, buffered position deletes are written, open
+// files of the least recently used partitions are closed — so that a
+// writer whose budget shrinks gives the memory back before its next
+// change. A writer created unbounded stays so.
+func (w *Writer) SetMemoryLimit(ctx context.Context, n int64) error {
+	if w.opts.MemoryLimit == 0 || n <= 0 {
+		return fmt.Errorf("deltawriter: memory limit %d: only a bounded writer takes a new (positive) limit", n)
+	}
+	if err := w.begin(ctx); err != nil {
+		return err
+	}
+	if n == w.opts.MemoryLimit {
+		return nil
+	}
+	shrink := n < w.opts.MemoryLimit
+	w.opts.MemoryLimit = n
+	w.opts.shareBudget()
+	if err := w.index.SetMemoryLimit(w.opts.Index.MemoryLimit); err != nil {
+		return w.fail(err)
+	}
+	if w.tidx != nil && w.tidx.ix != nil {
+		if err := w.tidx.ix.SetMemoryLimit(w.opts.tableIndex.MemoryLimit); err != nil {
+			return w.fail(err)
+		}
+	}
+	if !shrink {
+		return nil
+	}
+	if w.posDels >= w.opts.DeleteBufferRows && w.version < 3 {
+		w.stats.LocalFlushes++
+		for _, ln := range w.lanes {
+			if err := w.flushPositionDeletes(ln); err != nil {
+				return w.fail(err)
+			}
+		}
+	}
+	for _, ln := range w.lanes {
+		if len(ln.posDel) == 0 && cap(ln.posDel) > w.opts.DeleteBufferRows {
+			ln.posDel = nil // the buffer's room goes back too
+		}
+	}
+	if err := w.account(); err != nil {
+		return w.fail(err)
 	}
 	return nil
 }

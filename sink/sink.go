@@ -112,6 +112,11 @@ type Config struct {
 	SinkID string
 	// Writer configures every writer (mode, memory limit, file sizes).
 	Writer deltawriter.Options
+	// Budget, if set, is the process's memory budget that this sink's
+	// writers share with other sinks' (a database's tables): each
+	// writer's Writer.MemoryLimit is then its share, which follows its
+	// traffic. The Budget must be positive.
+	Budget *Budget
 	// CheckpointRows ends a checkpoint every so many input rows, besides
 	// barrier lines. Default 100000.
 	CheckpointRows int64
@@ -320,6 +325,9 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	}
 	if err := cfg.Timeouts.check(); err != nil {
 		return res, err
+	}
+	if cfg.Budget != nil && cfg.Budget.Total() <= 0 {
+		return res, fmt.Errorf("sink: a shared memory budget of %d bytes", cfg.Budget.Total())
 	}
 	began := time.Now()
 	parent := ctx

@@ -42,6 +42,9 @@ type writer struct {
 	// this writer committed with its input's offsets.
 	onCommit func(Position)
 	done     bool // the final epoch is committed
+	// share is the writer's part of budget, Config.Budget (nil: none).
+	budget *Budget
+	share  *budgetShare
 	// stats are the writer's counters as the run left them, taken by
 	// close before the deltawriter is closed: closing drops its index and
 	// with it the spill counters (Stats after Close reads no spills).
@@ -49,87 +52,119 @@ type writer struct {
 }
 
 func (w *writer) run(ctx context.Context) error {
-	for b := range w.in {
-		if b.schema != nil {
-			if err := w.dw.Evolve(ctx, b.schema); err != nil {
+	var wake chan struct{} // nil without a shared budget: never ready
+	if w.share != nil {
+		wake = w.share.wake
+	}
+	for {
+		var b batch
+		select {
+		case <-wake:
+			// The share moved, also while the input is idle: a smaller
+			// one is given back before the next change.
+			n := w.share.limit.Load()
+			if err := w.dw.SetMemoryLimit(ctx, n); err != nil {
 				return err
 			}
-		}
-		for i, ch := range b.changes {
-			if err := w.dw.Write(ctx, ch); err != nil {
-				if errors.Is(err, deltawriter.ErrBadChange) {
-					return fmt.Errorf("line %d: %w", b.lines[i], err)
-				}
-				return err
-			}
-		}
-		if w.metrics != nil {
-			w.publish()
-		}
-		if !b.barrier {
+			w.share.applied.Store(n)
 			continue
+		case in, ok := <-w.in:
+			if !ok {
+				return nil
+			}
+			b = in
 		}
-		commitNow, err := w.sess.Checkpoint(ctx, b.epoch, w.dw.BufferedBytes(), b.final)
+		if err := w.batch(ctx, b); err != nil {
+			return err
+		}
+	}
+}
+
+// batch writes one batch of the router's and, at a barrier, takes part in
+// the checkpoint (and the commit when the coordinator calls one).
+func (w *writer) batch(ctx context.Context, b batch) error {
+	if b.schema != nil {
+		if err := w.dw.Evolve(ctx, b.schema); err != nil {
+			return err
+		}
+	}
+	for i, ch := range b.changes {
+		if err := w.dw.Write(ctx, ch); err != nil {
+			if errors.Is(err, deltawriter.ErrBadChange) {
+				return fmt.Errorf("line %d: %w", b.lines[i], err)
+			}
+			return err
+		}
+	}
+	if w.metrics != nil {
+		w.publish()
+	}
+	if w.share != nil {
+		w.share.changes.Add(int64(len(b.changes)))
+	}
+	if !b.barrier {
+		return nil
+	}
+	commitNow, err := w.sess.Checkpoint(ctx, b.epoch, w.dw.BufferedBytes(), b.final)
+	if err != nil {
+		return fmt.Errorf("checkpoint of epoch %d: %w", b.epoch, err)
+	}
+	if commitNow {
+		if w.follow != nil {
+			// The window's positions are resolved on the table as it
+			// is now (the last compaction round waited for).
+			tbl, err := w.follow(ctx, b.epoch)
+			if err != nil {
+				return err
+			}
+			if err := w.dw.Follow(ctx, tbl); err != nil {
+				return err
+			}
+		}
+		p, err := w.dw.PrepareCommit(ctx)
 		if err != nil {
-			return fmt.Errorf("checkpoint of epoch %d: %w", b.epoch, err)
+			return err
 		}
-		if commitNow {
-			if w.follow != nil {
-				// The window's positions are resolved on the table as it
-				// is now (the last compaction round waited for).
-				tbl, err := w.follow(ctx, b.epoch)
-				if err != nil {
-					return err
-				}
-				if err := w.dw.Follow(ctx, tbl); err != nil {
-					return err
-				}
+		p.InputPosition, p.InputID, p.InputOffsets = b.line, b.inputID, b.offsets
+		data, err := p.Marshal()
+		if err != nil {
+			return err
+		}
+		w.inCommit = true
+		if err := w.sess.Commit(ctx, b.epoch, data); err != nil {
+			if errors.Is(err, coordinator.ErrAborted) {
+				w.inCommit = false
+				_ = w.dw.Discard(ctx, p)
 			}
-			p, err := w.dw.PrepareCommit(ctx)
+			return fmt.Errorf("commit of epoch %d: %w", b.epoch, err)
+		}
+		w.inCommit = false
+		if w.metrics != nil {
+			w.metrics.epochDone(b.epoch)
+			if w.countCommits {
+				w.metrics.remoteCommitted(b.line)
+			}
+		}
+		if err := w.dw.Committed(ctx); err != nil {
+			return err
+		}
+		if w.dw.CheckpointsKeyIndex() {
+			// A restart after a crash takes the index as of this
+			// commit instead of rebuilding it from the table.
+			tbl, err := w.current(ctx)
 			if err != nil {
 				return err
 			}
-			p.InputPosition, p.InputID, p.InputOffsets = b.line, b.inputID, b.offsets
-			data, err := p.Marshal()
-			if err != nil {
+			if _, err := w.dw.CheckpointKeyIndex(ctx, tbl); err != nil {
 				return err
 			}
-			w.inCommit = true
-			if err := w.sess.Commit(ctx, b.epoch, data); err != nil {
-				if errors.Is(err, coordinator.ErrAborted) {
-					w.inCommit = false
-					_ = w.dw.Discard(ctx, p)
-				}
-				return fmt.Errorf("commit of epoch %d: %w", b.epoch, err)
-			}
-			w.inCommit = false
-			if w.metrics != nil {
-				w.metrics.epochDone(b.epoch)
-				if w.countCommits {
-					w.metrics.remoteCommitted(b.line)
-				}
-			}
-			if err := w.dw.Committed(ctx); err != nil {
-				return err
-			}
-			if w.dw.CheckpointsKeyIndex() {
-				// A restart after a crash takes the index as of this
-				// commit instead of rebuilding it from the table.
-				tbl, err := w.current(ctx)
-				if err != nil {
-					return err
-				}
-				if _, err := w.dw.CheckpointKeyIndex(ctx, tbl); err != nil {
-					return err
-				}
-			}
-			if w.onCommit != nil && len(b.offsets) > 0 {
-				go w.onCommit(Position{Epoch: b.epoch, Line: b.line, InputID: b.inputID, Offsets: b.offsets})
-			}
 		}
-		if b.final {
-			w.done = true
+		if w.onCommit != nil && len(b.offsets) > 0 {
+			go w.onCommit(Position{Epoch: b.epoch, Line: b.line, InputID: b.inputID, Offsets: b.offsets})
 		}
+	}
+	if b.final {
+		w.done = true
 	}
 	return nil
 }
@@ -169,7 +204,11 @@ func (w *writer) close(ctx context.Context, failed bool) error {
 	if w.done && !failed {
 		serr = nil
 	}
-	return errors.Join(serr, kerr, w.dw.Close(ctx))
+	cerr := w.dw.Close(ctx)
+	if w.share != nil {
+		w.budget.leave(w.share)
+	}
+	return errors.Join(serr, kerr, cerr)
 }
 
 // keyIndexDir returns the folder of the key index of the writer of
@@ -248,12 +287,29 @@ func openWriter(ctx context.Context, cfg Config, ws writerSetup) (*writer, error
 		}
 		wopts.KeyIndexDir = keyIndexDir(cfg, cm.Table(), b)
 	}
+	var share *budgetShare
+	if cfg.Budget != nil {
+		// Created with an even split (its caches' size), then given its
+		// share.
+		wopts.MemoryLimit = cfg.Budget.initial()
+		share = cfg.Budget.join()
+	}
 	dw, err := deltawriter.New(ctx, cm.Table(), wopts)
+	if err == nil && share != nil {
+		n := share.limit.Load()
+		if err = dw.SetMemoryLimit(ctx, n); err != nil {
+			dw.Close(ctx)
+		}
+		share.applied.Store(n)
+	}
 	if err != nil {
+		if share != nil {
+			cfg.Budget.leave(share)
+		}
 		sess.Close()
 		return nil, err
 	}
-	w := &writer{dw: dw, sess: sess, in: make(chan batch, 4), current: func(ctx context.Context) (*table.Table, error) {
+	w := &writer{dw: dw, sess: sess, budget: cfg.Budget, share: share, in: make(chan batch, 4), current: func(ctx context.Context) (*table.Table, error) {
 		if ec != nil {
 			return ec.table(), nil
 		}

@@ -164,17 +164,18 @@ func (d *database) topics(ctx context.Context, listed []string, regex string) ([
 }
 
 // run starts a sink for every topic (listed, or matching regex), all at
-// once, each with an equal share of the memory budget, waits for them
-// and reports each. A table that fails does not stop the others; the run
+// once, their writers sharing the memory budget by traffic (sink.Budget),
+// waits for them and reports each. A table that fails does not stop the others; the run
 // fails if one did. With refresh, a matching topic that appears ends the
 // round: every table commits what it read and stops, and the next round
-// starts them all again, the new one with them, each with its new share.
+// starts them all again, the new one with them.
 func (d *database) run(ctx context.Context, listed []string, regex string, refresh time.Duration) error {
 	topics, err := d.topics(ctx, listed, regex)
 	if err != nil {
 		return err
 	}
 	total := map[string]*tableRun{}
+	mon := startMonitor()
 	for {
 		runs, grown, err := d.round(ctx, topics, listed, regex, refresh)
 		if err != nil {
@@ -199,7 +200,9 @@ func (d *database) run(ctx context.Context, listed []string, regex string, refre
 		}), ","))
 		topics = grown
 	}
+	peak := mon.stop()
 	var errs []error
+	var sum sink.Result
 	for _, t := range topics {
 		r := total[t]
 		name := strings.Join(r.ident, ".")
@@ -212,6 +215,13 @@ func (d *database) run(ctx context.Context, listed []string, regex string, refre
 			fmt.Fprintf(d.stdout, "table %s (topic %s): %d changes, %d commits, epoch %d committed\n",
 				name, r.topic, r.res.Changes, r.res.Commits, r.res.Committed.Epoch)
 		}
+		sum.Stats = sum.Stats.Add(r.res.Stats)
+		sum.Changes += r.res.Changes
+		sum.Compactions += r.res.Compactions
+	}
+	if d.stats && len(errs) == 0 {
+		fmt.Fprintf(d.stdout, "%d tables (counters: their sum; peak accounted bytes: the largest writer's)\n", len(topics))
+		printStats(d.stdout, sum, peak, d.base.Writer.MemoryLimit, "process")
 	}
 	return errors.Join(errs...)
 }
@@ -234,9 +244,13 @@ func (d *database) round(ctx context.Context, topics, listed []string, regex str
 	if names := d.overrides.unknownTables(seen); names != "" {
 		return nil, nil, fmt.Errorf("%w: --tables: no topic goes to %s", errUsage, names)
 	}
-	share := d.base.Writer.MemoryLimit
-	if share > 0 {
-		share /= int64(len(topics))
+	var budget *sink.Budget
+	if total := d.base.Writer.MemoryLimit; total > 0 {
+		// One budget for every table's writers, shared by traffic.
+		budget = sink.NewBudget(total, len(topics)*max(d.base.Writers, 1))
+		bctx, stopBudget := context.WithCancel(ctx)
+		defer stopBudget()
+		go budget.Run(bctx, time.Second)
 	}
 	stop := make(chan struct{})
 	watched := make(chan struct{})
@@ -274,7 +288,7 @@ func (d *database) round(ctx context.Context, topics, listed []string, regex str
 	var wg sync.WaitGroup
 	for i, t := range topics {
 		wg.Go(func() {
-			runs[i] = d.runTable(ctx, t, share, stop)
+			runs[i] = d.runTable(ctx, t, budget, stop)
 		})
 	}
 	wg.Wait()
@@ -289,7 +303,7 @@ func (d *database) round(ctx context.Context, topics, listed []string, regex str
 
 // runTable runs the sink of one topic into its table, creating the table
 // from the events' schema when it does not exist.
-func (d *database) runTable(ctx context.Context, topic string, share int64, stop <-chan struct{}) (r tableRun) {
+func (d *database) runTable(ctx context.Context, topic string, budget *sink.Budget, stop <-chan struct{}) (r tableRun) {
 	r.topic = topic
 	r.ident, r.err = tableFor(d.template, topic)
 	if r.err != nil {
@@ -346,7 +360,7 @@ func (d *database) runTable(ctx context.Context, topic string, share int64, stop
 	}
 	cfg := d.base
 	cfg.Ident = r.ident
-	cfg.Writer.MemoryLimit = share
+	cfg.Budget = budget
 	if cfg.StateDir == "" {
 		if warehouse.IsObjectStore(d.warehouse) {
 			src.Close()

@@ -242,7 +242,7 @@ func reportRun(stdout, stderr io.Writer, res sink.Result, err error, r runReport
 			res.Commits, res.Changes, res.Line-res.Start.Line, res.Elapsed.Round(time.Millisecond), float64(res.Changes)/res.Elapsed.Seconds())
 	}
 	if r.stats {
-		printStats(stdout, res, r.peak, r.limit)
+		printStats(stdout, res, r.peak, r.limit, "per writer")
 	}
 	return nil
 }
@@ -382,14 +382,16 @@ func commitLog(l *slog.Logger) func(sink.Progress) {
 	}
 }
 
-func printStats(w io.Writer, res sink.Result, p peaks, limit int64) {
+// printStats prints what --stats shows; of says what the limit bounds
+// ("per writer", "process").
+func printStats(w io.Writer, res sink.Result, p peaks, limit int64, of string) {
 	s := res.Stats
 	var b strings.Builder
 	lim := "unbounded"
 	if limit > 0 {
 		lim = humanize.IBytes(uint64(limit))
 	}
-	fmt.Fprintf(&b, "memory limit per writer   %s\n", lim)
+	fmt.Fprintf(&b, "memory limit %-12s %s\n", of, lim)
 	fmt.Fprintf(&b, "peak accounted bytes      %s (largest writer)\n", humanize.IBytes(uint64(s.PeakAccountedBytes)))
 	fmt.Fprintf(&b, "peak Go heap              %s\n", humanize.IBytes(p.heap))
 	fmt.Fprintf(&b, "peak RSS                  %s\n", humanize.IBytes(p.rss))

@@ -1,0 +1,141 @@
+package sink
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Budget is one memory budget for the writers of several sinks in a
+// process (a database's tables, Config.Budget): each writer's share
+// follows its traffic. Half the budget is split evenly (the floor every
+// writer keeps, busy or idle); the other half goes to the writers in
+// proportion to the changes each wrote lately (smoothed over a few
+// rebalances). A writer whose share shrinks flushes locally at once
+// (deltawriter.Writer.SetMemoryLimit), also while its input is idle; a
+// writer that joins or leaves makes every share be computed again, so
+// the shares always sum to the budget.
+type Budget struct {
+	total  int64
+	expect int // writers expected (sizes the first shares' caches)
+
+	mu      sync.Mutex
+	members []*budgetShare
+}
+
+// budgetShare is one writer's part of a Budget.
+type budgetShare struct {
+	changes atomic.Int64 // changes written since the last rebalance
+	limit   atomic.Int64 // the share, bytes
+	applied atomic.Int64 // the share the writer runs at
+	wake    chan struct{}
+	rate    float64 // smoothed changes per rebalance (Budget.mu)
+}
+
+// NewBudget returns a budget of total bytes for about expect writers.
+func NewBudget(total int64, expect int) *Budget {
+	return &Budget{total: total, expect: max(expect, 1)}
+}
+
+// Total is the budget's size in bytes.
+func (b *Budget) Total() int64 { return b.total }
+
+// Share is one writer's part of a Budget.
+type Share struct {
+	Limit   int64 // bytes the budget gives the writer now
+	Applied int64 // the limit the writer runs at (it takes Limit promptly)
+}
+
+// Shares returns each writer's share now, in the order they joined.
+func (b *Budget) Shares() []Share {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]Share, len(b.members))
+	for i, s := range b.members {
+		out[i] = Share{Limit: s.limit.Load(), Applied: s.applied.Load()}
+	}
+	return out
+}
+
+// Run rebalances the shares every interval until ctx ends.
+func (b *Budget) Run(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			b.Rebalance()
+		}
+	}
+}
+
+// initial is the budget a writer is created with before it takes its
+// share: an even split over the writers expected (its spill read caches
+// keep this size however its share moves).
+func (b *Budget) initial() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.total / int64(max(b.expect, len(b.members)+1))
+}
+
+// join adds a writer; the shares are computed again.
+func (b *Budget) join() *budgetShare {
+	s := &budgetShare{wake: make(chan struct{}, 1)}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.members = append(b.members, s)
+	b.rebalance()
+	return s
+}
+
+// leave removes a writer; the others share what it had.
+func (b *Budget) leave(s *budgetShare) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for i, m := range b.members {
+		if m == s {
+			b.members = append(b.members[:i], b.members[i+1:]...)
+			break
+		}
+	}
+	b.rebalance()
+}
+
+// Rebalance computes every share from the traffic since the last time
+// (Run calls it every interval).
+func (b *Budget) Rebalance() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.rebalance()
+}
+
+// rebalance computes every share from the traffic since the last one
+// (b.mu held) and wakes the writers whose share changed.
+func (b *Budget) rebalance() {
+	n := int64(len(b.members))
+	if n == 0 {
+		return
+	}
+	var sum float64
+	for _, s := range b.members {
+		s.rate = s.rate/2 + float64(s.changes.Swap(0))/2
+		sum += s.rate
+	}
+	floor := b.total / (2 * n)
+	pool := b.total - floor*n
+	for _, s := range b.members {
+		share := b.total / n
+		if sum > 0 {
+			share = floor + int64(float64(pool)*s.rate/sum)
+		}
+		if s.limit.Swap(share) != share {
+			select {
+			case s.wake <- struct{}{}:
+			default: // already woken
+			}
+		}
+	}
+}
