@@ -126,9 +126,14 @@ type Source struct {
 	next map[int32]int64 // partition -> next offset to hand out
 	end  map[int32]int64 // StopAtEnd: the end offsets at Seek
 	// buf holds the polled records not handed out yet.
-	buf      []*kgo.Record
-	count    int64 // records handed out, counting earlier runs' (icesink.input-position)
-	barrier  time.Time
+	buf     []*kgo.Record
+	count   int64 // records handed out, counting earlier runs' (icesink.input-position)
+	barrier time.Time
+	// barred says the last Next returned a timed barrier: the next one
+	// moves a barrier time the checkpoint outlasted an interval ahead,
+	// so that a checkpoint slower than the interval cannot make every
+	// Next a barrier (no record would ever be read again).
+	barred   bool
 	last     int32 // the partition of the record Next returned last
 	nparts   int   // the topic's partition count
 	mu       sync.Mutex
@@ -421,8 +426,14 @@ func (s *Source) Next() (changelog.Record, error) {
 		if s.wantBarrier.Swap(false) {
 			return changelog.Record{Barrier: true, Line: s.count}, nil
 		}
+		if s.barred {
+			s.barred = false
+			if now := time.Now(); !now.Before(s.barrier) {
+				s.barrier = now.Add(s.cfg.CheckpointInterval)
+			}
+		}
 		if s.cfg.CheckpointInterval > 0 && !time.Now().Before(s.barrier) {
-			s.barrier = s.nextBarrier()
+			s.barrier, s.barred = s.nextBarrier(), true
 			return changelog.Record{Barrier: true, Line: s.count}, nil
 		}
 		for len(s.buf) > 0 {

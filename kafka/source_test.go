@@ -376,6 +376,42 @@ func TestSourceBarriersWhenIdle(t *testing.T) {
 	}
 }
 
+// A checkpoint that takes longer than the checkpoint interval (a slow
+// commit) does not starve the input: between two timed barriers the
+// source hands out records. Before, every Next after such a checkpoint
+// was a barrier again, and a --stop-at-end run never ended.
+func TestSlowCheckpointsStillRead(t *testing.T) {
+	c, cl := cluster(t, 3)
+	produceLines(t, cl, 200)
+	s := open(t, c, kafka.Config{CheckpointInterval: 5 * time.Millisecond, StopAtEnd: true})
+	if err := s.Seek(context.Background(), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	read := 0
+	for {
+		rec, err := s.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Barrier {
+			time.Sleep(15 * time.Millisecond) // the checkpoint outlasts the interval
+		} else {
+			read++
+			time.Sleep(time.Millisecond) // records take a while too: barriers fall between them
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 200 records read after 20 s of slow checkpoints", read)
+		}
+	}
+	if read != 200 {
+		t.Fatalf("%d records read, want 200", read)
+	}
+}
+
 // Offsets the table holds for records that retention deleted are refused:
 // the table could not equal the stream.
 func TestSeekRefusesDeletedRecords(t *testing.T) {
