@@ -581,9 +581,6 @@ func (ix *Index) SetMemoryLimit(n int64) error {
 	return nil
 }
 
-// MemoryLimit is the index's current limit (0: unbounded).
-func (ix *Index) MemoryLimit() int64 { return ix.opts.MemoryLimit }
-
 // SetOutside tells the index how many bytes its caller holds beside the
 // partial states (what Resolve's merges will settle): they count against
 // the index's budget, so that it spills, and resolves, in time.

@@ -667,13 +667,8 @@ func (w *Writer) SetMemoryLimit(ctx context.Context, n int64) error {
 	if !shrink {
 		return nil
 	}
-	if w.posDels >= w.opts.DeleteBufferRows && w.version < 3 {
-		w.stats.LocalFlushes++
-		for _, ln := range w.lanes {
-			if err := w.flushPositionDeletes(ln); err != nil {
-				return w.fail(err)
-			}
-		}
+	if err := w.flushFullPositionDeletes(); err != nil {
+		return w.fail(err)
 	}
 	for _, ln := range w.lanes {
 		if len(ln.posDel) == 0 && cap(ln.posDel) > w.opts.DeleteBufferRows {
@@ -813,14 +808,21 @@ func (w *Writer) positionDelete(ref dedup.Ref) error {
 	ln := fi.lane
 	ln.posDel = append(ln.posDel, uint64(ref.File)<<32|uint64(ref.Pos))
 	w.posDels++
-	if w.posDels >= w.opts.DeleteBufferRows && w.version < 3 {
-		// (Format v3 keeps them for the rewrite at PrepareCommit: 8 bytes
-		// per deleted row of the window, past the share.)
-		w.stats.LocalFlushes++
-		for _, l := range w.lanes {
-			if err := w.flushPositionDeletes(l); err != nil {
-				return err
-			}
+	return w.flushFullPositionDeletes()
+}
+
+// flushFullPositionDeletes writes the buffered position deletes of every
+// lane once they fill their share (DeleteBufferRows). Format v3 keeps
+// them for the rewrite at PrepareCommit: 8 bytes per deleted row of the
+// window, past the share.
+func (w *Writer) flushFullPositionDeletes() error {
+	if w.posDels < w.opts.DeleteBufferRows || w.version >= 3 {
+		return nil
+	}
+	w.stats.LocalFlushes++
+	for _, ln := range w.lanes {
+		if err := w.flushPositionDeletes(ln); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,7 @@ type Budget struct {
 
 // budgetShare is one writer's part of a Budget.
 type budgetShare struct {
+	b       *Budget
 	changes atomic.Int64 // changes written since the last rebalance
 	limit   atomic.Int64 // the share, bytes
 	applied atomic.Int64 // the share the writer runs at
@@ -83,7 +85,7 @@ func (b *Budget) initial() int64 {
 
 // join adds a writer; the shares are computed again.
 func (b *Budget) join() *budgetShare {
-	s := &budgetShare{wake: make(chan struct{}, 1)}
+	s := &budgetShare{b: b, wake: make(chan struct{}, 1)}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.members = append(b.members, s)
@@ -91,15 +93,13 @@ func (b *Budget) join() *budgetShare {
 	return s
 }
 
-// leave removes a writer; the others share what it had.
-func (b *Budget) leave(s *budgetShare) {
+// leave removes the writer from its budget; the others share what it had.
+func (s *budgetShare) leave() {
+	b := s.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for i, m := range b.members {
-		if m == s {
-			b.members = append(b.members[:i], b.members[i+1:]...)
-			break
-		}
+	if i := slices.Index(b.members, s); i >= 0 {
+		b.members = slices.Delete(b.members, i, i+1)
 	}
 	b.rebalance()
 }

@@ -42,9 +42,8 @@ type writer struct {
 	// this writer committed with its input's offsets.
 	onCommit func(Position)
 	done     bool // the final epoch is committed
-	// share is the writer's part of budget, Config.Budget (nil: none).
-	budget *Budget
-	share  *budgetShare
+	// share is the writer's part of Config.Budget (nil: none).
+	share *budgetShare
 	// stats are the writer's counters as the run left them, taken by
 	// close before the deltawriter is closed: closing drops its index and
 	// with it the spill counters (Stats after Close reads no spills).
@@ -206,7 +205,7 @@ func (w *writer) close(ctx context.Context, failed bool) error {
 	}
 	cerr := w.dw.Close(ctx)
 	if w.share != nil {
-		w.budget.leave(w.share)
+		w.share.leave()
 	}
 	return errors.Join(serr, kerr, cerr)
 }
@@ -304,12 +303,12 @@ func openWriter(ctx context.Context, cfg Config, ws writerSetup) (*writer, error
 	}
 	if err != nil {
 		if share != nil {
-			cfg.Budget.leave(share)
+			share.leave()
 		}
 		sess.Close()
 		return nil, err
 	}
-	w := &writer{dw: dw, sess: sess, budget: cfg.Budget, share: share, in: make(chan batch, 4), current: func(ctx context.Context) (*table.Table, error) {
+	w := &writer{dw: dw, sess: sess, share: share, in: make(chan batch, 4), current: func(ctx context.Context) (*table.Table, error) {
 		if ec != nil {
 			return ec.table(), nil
 		}
