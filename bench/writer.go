@@ -119,6 +119,7 @@ func runWriter(ctx context.Context, e *runEnv) (err error) {
 			go func(done chan<- error) {
 				pol := commit.DefaultCompaction()
 				pol.MinInputFiles = 2
+				pol.MemoryLimit = e.sc.MemoryLimit // as run --maintain
 				c, err := cm.Compact(ctx, pol)
 				if err == nil && c.Snapshot != 0 {
 					e.res.TableCompactions++

@@ -33,12 +33,21 @@ type Compaction struct {
 	MinInputFiles int
 	// MaxInputBytes bounds the data files one round reads. Default 256 MiB.
 	MaxInputBytes int64
+	// MemoryLimit bounds what a round holds in memory besides the
+	// deletes of the files it reads: the Arrow batches read and queued
+	// and the Parquet row group being written are sized from it and from
+	// the size of a row in the files read. 0: DefaultCompactionMemory.
+	MemoryLimit int64
 	// Select, when set, picks the data files of the round among the
 	// candidates: every candidate it returns true for is rewritten (no
 	// size tiering; MinInputFiles still applies per partition). For a
 	// caller that knows which files it wants rewritten.
 	Select func(path string) bool
 }
+
+// DefaultCompactionMemory is a round's memory bound when
+// Compaction.MemoryLimit is 0.
+const DefaultCompactionMemory = 64 << 20
 
 // DefaultCompaction is what `icesink run --maintain` uses.
 func DefaultCompaction() Compaction {
@@ -172,7 +181,8 @@ func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, e
 	}
 	staged := map[string]struct{}{}
 	for _, g := range groups {
-		gr, err := table.ExecuteCompactionGroup(ctx, c.tbl, g, table.WithCompactionTargetFileSize(target), table.WithCompactionScanConcurrency(1))
+		opts := append(memoryOptions(g.Tasks, p.MemoryLimit), table.WithCompactionTargetFileSize(target), table.WithCompactionScanConcurrency(1))
+		gr, err := table.ExecuteCompactionGroup(ctx, c.tbl, g, opts...)
 		for _, df := range gr.NewDataFiles {
 			written = append(written, df.FilePath())
 		}
@@ -233,6 +243,34 @@ func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, e
 	c.adopt(ctx, tbl)
 	out.Snapshot = c.tbl.CurrentSnapshot().SnapshotID
 	return out, nil
+}
+
+// memoryOptions size a group's read batches, write queue and row groups
+// so that they hold about limit bytes: iceberg-go's defaults (batches of
+// the table's read.parquet.batch-size, 64 of them queued, row groups of
+// up to 1M rows buffered whole) raised a round's peak well past the
+// writers' budget. A row's size is estimated from the files read: its
+// compressed size in them, decoded at most decodedRatio times larger.
+func memoryOptions(tasks []table.FileScanTask, limit int64) []table.CompactionGroupOption {
+	const decodedRatio = 8
+	if limit <= 0 {
+		limit = DefaultCompactionMemory
+	}
+	var rows, bytes int64
+	for _, t := range tasks {
+		rows, bytes = rows+t.File.Count(), bytes+t.File.FileSizeBytes()
+	}
+	stored := max(bytes/max(rows, 1), 1)
+	// A quarter of the limit for the batches read and queued (a batch in
+	// the reader's hands, queue of 4, one routed, one encoded), a half
+	// for the row group being encoded (stored size plus page buffers).
+	batch := min(max(limit/4/6/(stored*decodedRatio), 256), 64<<10)
+	group := min(max(limit/2/(stored*2), 4<<10), 1<<20)
+	return []table.CompactionGroupOption{
+		table.WithCompactionArrowBatchSize(int(batch)),
+		table.WithCompactionRecordBatchBufferSize(4),
+		table.WithCompactionParquetRowGroupLimit(int(group)),
+	}
 }
 
 // tiered picks the files of a planned group one round rewrites, smallest

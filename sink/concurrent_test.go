@@ -142,7 +142,7 @@ func TestConcurrentCommitters(t *testing.T) {
 func TestRetentionAgainstModel(t *testing.T) {
 	wh, _ := newWarehouse(t)
 	input := genInput(t, 7, 2000, 500)
-	cfg := sink.Config{SinkID: "ret", Writers: 2, CheckpointRows: 1000, StateDir: t.TempDir(),
+	cfg := sink.Config{SinkID: "ret", Writers: 2, CheckpointRows: 40, StateDir: t.TempDir(),
 		Writer:    deltawriter.Options{MemoryLimit: 256 << 10, SpillDir: t.TempDir()},
 		Retention: &commit.Retention{RetainSnapshots: 4, MaxDataManifests: 3, MaxDeleteManifests: 3}}
 	res := runAndCheck(t, wh, cfg, input)

@@ -100,7 +100,7 @@ func newRunMetrics(budget int64) *runMetrics {
 	m.desc("icesink_old_rows_deleted_total", "Rows of earlier commits a writer found in its key index and deleted by position.", "writer")
 	m.desc("icesink_buffered_bytes", "Bytes of a writer's uncommitted window (its files and buffers).", "writer")
 	m.desc("icesink_memory_accounted_bytes", "Memory a writer's accounting saw at its last check.", "writer")
-	m.desc("icesink_memory_budget_bytes", "A writer's memory budget (0: unbounded).")
+	m.desc("icesink_memory_budget_bytes", "A writer's memory budget (0: unbounded); under a shared budget (Config.Budget), the share it runs at now.", "writer")
 	m.desc("icesink_spilled_bytes_total", "Bytes a writer's indexes wrote as sorted runs, by index (window, key).", "writer", "index")
 	m.desc("icesink_index_lookups_total", "Lookups in a writer's indexes, by index (window, key) and by where they were answered (memory, filter, cache, disk).", "writer", "index", "tier")
 	m.desc("icesink_local_flushes_total", "Times a writer flushed its files or delete buffers early to stay within its budget.", "writer")
@@ -125,6 +125,11 @@ func (m *runMetrics) Collect(ch chan<- prometheus.Metric) {
 		m.gauge(ch, "icesink_buffered_bytes", float64(w.pubBuffered.Load()), id)
 		m.gauge(ch, "icesink_memory_accounted_bytes", float64(st.AccountedBytes), id)
 		m.counter(ch, "icesink_local_flushes_total", float64(st.LocalFlushes), id)
+		budget := m.budget
+		if w.share != nil {
+			budget = w.share.applied.Load()
+		}
+		m.gauge(ch, "icesink_memory_budget_bytes", float64(budget), id)
 		for _, ix := range []struct {
 			name string
 			s    dedup.Stats
@@ -136,7 +141,6 @@ func (m *runMetrics) Collect(ch chan<- prometheus.Metric) {
 			m.counter(ch, "icesink_index_lookups_total", float64(ix.s.LookupsDisk), id, ix.name, "disk")
 		}
 	}
-	m.gauge(ch, "icesink_memory_budget_bytes", float64(m.budget))
 	ended, done := m.ended.Load(), m.done.Load()
 	m.gauge(ch, "icesink_epoch_ended", float64(ended))
 	m.gauge(ch, "icesink_epochs_pending", float64(ended-min(done, ended)))

@@ -96,8 +96,10 @@ func TestMetrics(t *testing.T) {
 	if maxPending < 1 || maxPending > float64(res.Epoch) {
 		t.Errorf("epochs_pending reached %v, want 1 to %d", maxPending, res.Epoch)
 	}
-	if b := sum("icesink_memory_budget_bytes", nil); b != 1<<20 {
-		t.Errorf("budget %v", b)
+	for _, w := range []string{"0", "1"} {
+		if b := sum("icesink_memory_budget_bytes", map[string]string{"writer": w}); b != 1<<20 {
+			t.Errorf("writer %s: budget %v", w, b)
+		}
 	}
 	if eq := sum("icesink_deletes_total", map[string]string{"kind": "equality"}); eq != 0 {
 		t.Errorf("%v equality deletes", eq)

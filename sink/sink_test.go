@@ -41,10 +41,11 @@ func genInputKeys(t *testing.T, seed uint64, n, nkeys int, base int64) []byte {
 		k := base + int64(rng.IntN(nkeys))
 		key := fmt.Sprint("k", k%7)
 		var line []byte
-		switch r := rng.IntN(100); {
+		// A barrier (a commit) every ~100 lines, a delete every ~6.
+		switch r := rng.IntN(300); {
 		case r < 3:
 			line = []byte(changelog.BarrierLine)
-		case r < 20:
+		case r < 60:
 			line, err = enc.AppendChangelogJSON(nil, deltawriter.Change{Op: deltawriter.Delete, Row: []any{k, key, nil, decimalOf(0)}})
 		default:
 			var v any = int32(rng.IntN(1000))

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +28,7 @@ import (
 	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/deltawriter"
 	"github.com/icesink/icesink/internal/tablelint"
+	"github.com/icesink/icesink/sink"
 	"github.com/icesink/icesink/warehouse"
 )
 
@@ -114,10 +117,11 @@ func stream(t testing.TB, rng *rand.Rand, n, nkeys int) (path string, lines [][]
 	for i := 0; i < n; i++ {
 		var line []byte
 		k := int64(rng.IntN(nkeys))
-		switch r := rng.IntN(100); {
+		// A barrier (a commit) every ~200 lines, a delete every ~5.
+		switch r := rng.IntN(400); {
 		case r < 2:
 			line = []byte(changelog.BarrierLine)
-		case r < 20:
+		case r < 80:
 			line, err = enc.AppendChangelogJSON(nil, deltawriter.Change{Op: deltawriter.Delete, Row: []any{k, nil, nil}})
 		default:
 			line, err = enc.AppendChangelogJSON(nil, deltawriter.Change{Op: deltawriter.UpdateAfter, Row: []any{k, "n" + strconv.Itoa(rng.IntN(50)), rng.Int64()}})
@@ -341,7 +345,7 @@ func checkEpochsOnce(t *testing.T, wh string) {
 	prev := -1
 	for _, l := range strings.Split(snaps, "\n")[1:] {
 		f := strings.Fields(l)
-		if len(f) < 4 || f[2] == "replace" { // a data-manifest merge
+		if len(f) < 4 || f[2] == "replace" || f[3] == "-" { // a data-manifest merge, a compaction, another engine's commit
 			continue
 		}
 		if seen[f[3]] {
@@ -361,18 +365,24 @@ func checkEpochsOnce(t *testing.T, wh string) {
 // canceled", exit 1); a rerun then finishes with the stream's final state.
 func TestSignalStopsCleanly(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 13))
-	in, lines := stream(t, rng, 40000, 3000)
+	in, lines := stream(t, rng, 12000, 3000)
 	schema := writeSchema(t)
 	wh := t.TempDir()
-	args := []string{"run", "--warehouse", wh, "--table", "db.t", "--schema", schema, "--input", in, "--checkpoint-rows", "2000", "--quiet"}
+	args := []string{"run", "--warehouse", wh, "--table", "db.t", "--schema", schema, "--input", in, "--checkpoint-rows", "1000", "--quiet"}
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
+		metadata := filepath.Join(wh, "db.db", "t", "metadata", "*.metadata.json")
+		before := countFiles(metadata)
 		cmd := exec.Command(binary, args...)
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(700 * time.Millisecond)
+		t.Cleanup(func() { cmd.Process.Kill() })
+		// Signal once the run has committed: a signal that comes before
+		// main installed its handler (package init can take a second on a
+		// loaded machine) kills the process the default way.
+		waitForFiles(t, metadata, before+1, 60*time.Second)
 		cmd.Process.Signal(sig)
 		err := cmd.Wait()
 		var ee *exec.ExitError
@@ -394,6 +404,25 @@ func TestSignalStopsCleanly(t *testing.T) {
 	got, _, _ := icesink(t, "scan", "--warehouse", wh, "--table", "db.t")
 	if want := expectedScan(t, lines, len(lines)); got != want {
 		t.Errorf("table after stops and a rerun differs from the stream's final state")
+	}
+}
+
+func countFiles(pattern string) int {
+	m, _ := filepath.Glob(pattern)
+	return len(m)
+}
+
+// waitForFiles waits until n files match pattern, failing the test after
+// the deadline.
+func waitForFiles(t *testing.T, pattern string, n int, deadline time.Duration) {
+	t.Helper()
+	for end := time.Now().Add(deadline); ; time.Sleep(20 * time.Millisecond) {
+		if countFiles(pattern) >= n {
+			return
+		}
+		if time.Now().After(end) {
+			t.Fatalf("fewer than %d files match %s after %v", n, pattern, deadline)
+		}
 	}
 }
 
@@ -739,5 +768,66 @@ func killAndRerun(t *testing.T, rng *rand.Rand, args []string, kills int, minWai
 			t.Fatalf("run %d failed: %v\n%s", attempt, err, stderr.String())
 		}
 		return killed
+	}
+}
+
+// TestMaintainByDefault: a plain run compacts its table (issue 25: a table
+// that stays fast by default) and reads back as the stream; with
+// --maintain=false it does not compact.
+func TestMaintainByDefault(t *testing.T) {
+	rng := rand.New(rand.NewPCG(41, 41))
+	in, lines := stream(t, rng, 6000, 800)
+	schema := writeSchema(t)
+	for _, maintain := range []bool{true, false} {
+		wh := t.TempDir()
+		args := []string{"run", "--warehouse", wh, "--table", "db.t", "--schema", schema, "--input", in, "--checkpoint-rows", "200",
+			"--compact-every", "3", "--compact-min-files", "2", "--quiet", "--stats"}
+		if !maintain {
+			args = append(args, "--maintain=false")
+		}
+		out, stderr, code := icesink(t, args...)
+		if code != 0 {
+			t.Fatalf("run exited %d: %s", code, stderr)
+		}
+		if compacted := regexp.MustCompile(`(?m)^compactions +\d+: `).MatchString(out + stderr); compacted != maintain {
+			t.Errorf("--maintain=%v: compacted %v; stats:\n%s%s", maintain, compacted, out, stderr)
+		}
+		got, _, _ := icesink(t, "scan", "--warehouse", wh, "--table", "db.t")
+		if want := expectedScan(t, lines, len(lines)); got != want {
+			t.Errorf("--maintain=%v: table differs from the stream's final state", maintain)
+		}
+	}
+}
+
+// TestMaintainWithCoordinator: writers joining a coordinator do not
+// compact (they could not follow a round), and asking them to is refused.
+func TestMaintainWithCoordinator(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		refused bool
+	}{
+		{nil, false},
+		{[]string{"--maintain=false"}, false},
+		{[]string{"--maintain"}, true},
+	} {
+		var f commitFlags
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		f.register(fs)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		var cfg sink.Config
+		err := f.apply(fs, &cfg, true)
+		if refused := err != nil; refused != tc.refused {
+			t.Errorf("%v with --coordinator: error %v, want refused %v", tc.args, err, tc.refused)
+		}
+		if cfg.Compaction != nil {
+			t.Errorf("%v with --coordinator: compaction set", tc.args)
+		}
+		// In process, the default compacts.
+		cfg = sink.Config{}
+		if err := f.apply(fs, &cfg, false); err != nil || (cfg.Compaction == nil) == f.maintain {
+			t.Errorf("%v in process: error %v, compaction %v", tc.args, err, cfg.Compaction)
+		}
 	}
 }

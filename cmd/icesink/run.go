@@ -99,7 +99,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return err
 	}
 	cfg := sink.Config{EvolveSchema: inf.evolve, Writer: wopts, Writers: wf.writers, Vnodes: wf.vnodeCount, KeyIndexDir: wf.keyIndexDir, InputID: inf.inputID}
-	if err := cmf.apply(&cfg, crf.addr != ""); err != nil {
+	if err := cmf.apply(fs, &cfg, crf.addr != ""); err != nil {
 		return err
 	}
 	if err := crf.apply(fs, &cfg, kf.grouped()); err != nil {

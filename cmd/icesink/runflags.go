@@ -117,12 +117,15 @@ func (f *commitFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.commitBytes, "commit-bytes", "0", "also commit when all writers together buffer this much (e.g. 512MiB); 0 = off")
 	fs.StringVar(&f.stateDir, "state-dir", "", "`DIR` for the in-process coordinator's checkpoints (default: DIR/_icesink/NS.NAME/SINK-ID)")
 	f.rf.register(fs)
-	fs.BoolVar(&f.maintain, "maintain", false, "compact the table's small files (their deletes applied) every --compact-every commits, between epochs; the writers' key indexes follow (in-process writers only)")
+	fs.BoolVar(&f.maintain, "maintain", true, "compact the table's small files (their deletes applied) every --compact-every commits, between epochs; the writers' key indexes follow (in-process writers only; --maintain=false for a table another engine maintains)")
 	f.cf.register(fs, true)
 }
 
-// apply checks the flags and sets cfg's commit fields.
-func (f *commitFlags) apply(cfg *sink.Config, remote bool) error {
+// apply checks the flags and sets cfg's commit fields. Maintenance is on
+// by default for in-process writers; writers joining a coordinator
+// (remote) cannot follow a compaction, so for them it is off unless asked
+// for, which is refused.
+func (f *commitFlags) apply(fs *flag.FlagSet, cfg *sink.Config, remote bool) error {
 	cb, err := parseSize(f.commitBytes)
 	if err != nil {
 		return fmt.Errorf("%w: --commit-bytes: %v", errUsage, err)
@@ -137,18 +140,21 @@ func (f *commitFlags) apply(cfg *sink.Config, remote bool) error {
 	if cfg.Retention, err = f.rf.retention(); err != nil {
 		return err
 	}
-	if !f.maintain {
+	if remote && f.maintain && isSet(fs, "maintain") {
+		return fmt.Errorf("%w: --maintain runs in the process of the coordinator and its writers; drop it with --coordinator", errUsage)
+	}
+	if !f.maintain || remote {
 		return nil
 	}
 	switch {
-	case remote:
-		return fmt.Errorf("%w: --maintain runs in the process of the coordinator and its writers; drop it with --coordinator", errUsage)
 	case f.cf.every <= 0:
 		return fmt.Errorf("%w: --compact-every must be positive", errUsage)
 	}
 	if cfg.Compaction, err = f.cf.compaction(); err != nil {
 		return err
 	}
+	// A round's buffers are sized like one writer's budget.
+	cfg.Compaction.MemoryLimit = cfg.Writer.MemoryLimit
 	cfg.CompactEvery = f.cf.every
 	return nil
 }
@@ -253,4 +259,12 @@ func softMemoryLimit(limit int64, writers int) {
 	if limit > 0 && os.Getenv("GOMEMLIMIT") == "" {
 		debug.SetMemoryLimit(deltawriter.SoftMemoryLimit(limit, writers))
 	}
+}
+
+// isSet reports whether the flag name was given on the command line or in
+// the --config file.
+func isSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	return set
 }
