@@ -53,3 +53,21 @@ func TestCommitEpochRefusesMisalignedWriters(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCompactionSizedByShare: under a shared budget a table's compaction
+// rounds are sized like one writer's even share, not like the process's
+// whole budget, and the caller's policy is left as it was.
+func TestCompactionSizedByShare(t *testing.T) {
+	pol := &commit.Compaction{MinInputFiles: 2, MemoryLimit: 256 << 20}
+	cfg := Config{Compaction: pol, Budget: NewBudget(256<<20, 64)}
+	got := cfg.compaction()
+	if got.MemoryLimit != 4<<20 || got.MinInputFiles != 2 {
+		t.Errorf("under a 256 MiB budget for 64 writers: %+v, want a 4 MiB round", *got)
+	}
+	if pol.MemoryLimit != 256<<20 {
+		t.Errorf("the caller's policy changed: %+v", *pol)
+	}
+	if cfg := (Config{Compaction: pol}); cfg.compaction() != pol {
+		t.Error("without a shared budget the policy is not the caller's")
+	}
+}

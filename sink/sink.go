@@ -115,7 +115,8 @@ type Config struct {
 	// Budget, if set, is the process's memory budget that this sink's
 	// writers share with other sinks' (a database's tables): each
 	// writer's Writer.MemoryLimit is then its share, which follows its
-	// traffic. The Budget must be positive.
+	// traffic, and a compaction round is sized like a writer's even share
+	// (Compaction.MemoryLimit). The Budget must be positive.
 	Budget *Budget
 	// CheckpointRows ends a checkpoint every so many input rows, besides
 	// barrier lines. Default 100000.
@@ -311,6 +312,19 @@ type Result struct {
 	SchemaChanges int
 }
 
+// compaction is cfg.Compaction, its rounds sized like one writer's even
+// share of a shared Budget rather than like the whole of it (the
+// Writer.MemoryLimit of a database run): every table may compact at once.
+// The caller's Compaction is not changed.
+func (c Config) compaction() *commit.Compaction {
+	if c.Budget == nil || c.Compaction == nil {
+		return c.Compaction
+	}
+	p := *c.Compaction
+	p.MemoryLimit = c.Budget.initial()
+	return &p
+}
+
 // Run writes src into the table. It starts the coordinator (or joins
 // cfg.Connect's), lets it recover recorded epochs, skips the input lines
 // the table already holds, and then commits every CommitInterval
@@ -329,6 +343,7 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	if cfg.Budget != nil && cfg.Budget.Total() <= 0 {
 		return res, fmt.Errorf("sink: a shared memory budget of %d bytes", cfg.Budget.Total())
 	}
+	cfg.Compaction = cfg.compaction()
 	began := time.Now()
 	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
