@@ -9,6 +9,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/deltawriter"
 	"github.com/icesink/icesink/warehouse"
 )
 
@@ -67,7 +68,12 @@ func TestCompactionSizedByShare(t *testing.T) {
 	if pol.MemoryLimit != 256<<20 {
 		t.Errorf("the caller's policy changed: %+v", *pol)
 	}
-	if cfg := (Config{Compaction: pol}); cfg.compaction() != pol {
+	if got := (Config{Compaction: pol}).compaction(); got.MemoryLimit != pol.MemoryLimit || got.MinInputFiles != pol.MinInputFiles {
 		t.Error("without a shared budget the policy is not the caller's")
+	}
+	// A policy that names no bound is sized like one writer's budget.
+	cfg = Config{Compaction: &commit.Compaction{}, Writer: deltawriter.Options{MemoryLimit: 32 << 20}}
+	if got := cfg.compaction(); got.MemoryLimit != 32<<20 {
+		t.Errorf("a round under a 32 MiB writer budget: %+v", *got)
 	}
 }

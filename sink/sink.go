@@ -312,16 +312,22 @@ type Result struct {
 	SchemaChanges int
 }
 
-// compaction is cfg.Compaction, its rounds sized like one writer's even
-// share of a shared Budget rather than like the whole of it (the
-// Writer.MemoryLimit of a database run): every table may compact at once.
-// The caller's Compaction is not changed.
+// compaction is cfg.Compaction with its rounds' memory bound settled: one
+// writer's even share of a shared Budget (not the whole of it, the
+// Writer.MemoryLimit of a database run: every table may compact at once),
+// else, when the policy names none, one writer's budget. The caller's
+// Compaction is not changed.
 func (c Config) compaction() *commit.Compaction {
-	if c.Budget == nil || c.Compaction == nil {
-		return c.Compaction
+	if c.Compaction == nil {
+		return nil
 	}
 	p := *c.Compaction
-	p.MemoryLimit = c.Budget.initial()
+	switch {
+	case c.Budget != nil:
+		p.MemoryLimit = c.Budget.initial()
+	case p.MemoryLimit == 0:
+		p.MemoryLimit = c.Writer.MemoryLimit
+	}
 	return &p
 }
 

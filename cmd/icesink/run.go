@@ -196,9 +196,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	mon := startMonitor()
 	var res sink.Result
 	if kf.grouped() {
-		given := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-		res, err = kf.runGroup(ctx, cfg, tbl.Schema(), fmtv, dbz, given["vnode-count"], given["checkpoint-rows"], cfg.Logger)
+		res, err = kf.runGroup(ctx, cfg, tbl.Schema(), fmtv, dbz, isSet(fs, "vnode-count"), isSet(fs, "checkpoint-rows"), cfg.Logger)
 	} else {
 		in := &restartableInput{file: inFile, kafka: ksrc, kf: &kf, reg: cfg.Registerer, format: fmtv, schema: tbl.Schema(), dbz: dbz}
 		res, err = in.run(ctx, runCtx, cfg, src, cfg.Logger)

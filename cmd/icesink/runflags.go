@@ -153,8 +153,6 @@ func (f *commitFlags) apply(fs *flag.FlagSet, cfg *sink.Config, remote bool) err
 	if cfg.Compaction, err = f.cf.compaction(); err != nil {
 		return err
 	}
-	// A round's buffers are sized like one writer's budget.
-	cfg.Compaction.MemoryLimit = cfg.Writer.MemoryLimit
 	cfg.CompactEvery = f.cf.every
 	return nil
 }
