@@ -46,6 +46,11 @@ type Register struct {
 	Job map[string]string
 }
 
+// JobTable is the Job key naming the table a writer writes into
+// (NS.NAME): a server of many tables' coordinators routes a writer's
+// session by it.
+const JobTable = "table"
+
 // Report is a writer's checkpoint report for Epoch. Every registered writer
 // reports every epoch, including ones where it wrote nothing, in strictly
 // increasing epoch order, and waits for the epoch's decision before it

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -377,9 +378,12 @@ func lockStateDir(cfg Config) (func() error, error) {
 // its events need it), and the committer reloads the table for a payload
 // written with a schema it does not know yet. (Keys only one side knows
 // are not compared: a coordinator's state saved with a schema-id is read.)
+// The table's name (coordinator.JobTable) lets a server of many tables
+// find the table's coordinator.
 func jobOf(tbl *table.Table, sinkID string) map[string]string {
 	meta := tbl.Metadata()
 	return map[string]string{
+		coordinator.JobTable: strings.Join(tbl.Identifier(), "."),
 		"table-uuid":     meta.TableUUID().String(),
 		"spec-id":        strconv.Itoa(meta.DefaultPartitionSpec()),
 		"format-version": strconv.Itoa(meta.Version()),

@@ -61,8 +61,8 @@ func (f *databaseFlags) check(tf *tableFlags, kf *kafkaFlags, sf *specFlags, coo
 		return fmt.Errorf("%w: --table-template creates each table from its events' schema; drop --schema and --partition-spec", errUsage)
 	case !kf.enabled():
 		return fmt.Errorf("%w: --table-template reads Kafka topics: give --kafka-brokers", errUsage)
-	case coordinator != "" || kf.group != "":
-		return fmt.Errorf("%w: --table-template runs in one process; --coordinator and --group are not supported with it yet", errUsage)
+	case coordinator != "" && kf.group == "" || coordinator == "" && kf.group != "":
+		return fmt.Errorf("%w: --table-template in several processes needs both --group (the consumer group splits each topic's partitions among them) and --coordinator (icesink coordinator --table-template)", errUsage)
 	case format != changelog.DebeziumJSON.String() && format != changelog.DebeziumAvro.String():
 		return fmt.Errorf("%w: --table-template needs events that carry their schema: --format debezium-json (with schemas) or debezium-avro", errUsage)
 	case kf.topic == "" && f.regex == "":
@@ -114,6 +114,19 @@ func tableFor(template, topic string) (table.Identifier, error) {
 	return ident, nil
 }
 
+// templatePattern matches the table names template spells: each
+// placeholder stands for one name part (no dot).
+func templatePattern(template string) (*regexp.Regexp, error) {
+	if _, err := tableFor(template, "server.schema.table"); err != nil {
+		return nil, err
+	}
+	quoted := regexp.QuoteMeta(template)
+	for _, p := range []string{"{topic}", "{server}", "{db}", "{schema}", "{table}"} {
+		quoted = strings.ReplaceAll(quoted, regexp.QuoteMeta(p), `[^.]+`)
+	}
+	return regexp.Compile("^" + quoted + "$")
+}
+
 // database runs one sink per topic, each into its own table, in this
 // process.
 type database struct {
@@ -131,6 +144,10 @@ type database struct {
 	stderr    io.Writer
 	quiet     bool
 	stats     bool
+	// grouped: one of several processes of a consumer group, each table's
+	// writer joining its coordinator at the server --coordinator names.
+	grouped              bool
+	vnodesGiven, rowsSet bool
 }
 
 // tableRun is what one table's sink did.
@@ -353,24 +370,9 @@ func (d *database) runTable(ctx context.Context, topic string, budget *sink.Budg
 		r.err = err
 		return r
 	}
-	src, err := kf.open(ctx, dec, stop)
-	if err != nil {
-		r.err = err
-		return r
-	}
 	cfg := d.base
 	cfg.Ident = r.ident
 	cfg.Budget = budget
-	if cfg.StateDir == "" {
-		if warehouse.IsObjectStore(d.warehouse) {
-			src.Close()
-			r.err = fmt.Errorf("%w: --state-dir: with an object-storage warehouse, give a local folder for the coordinators' checkpoints", errUsage)
-			return r
-		}
-		cfg.StateDir = filepath.Join(d.warehouse, "_icesink", name, cfg.SinkID)
-	} else {
-		cfg.StateDir = filepath.Join(cfg.StateDir, name)
-	}
 	if base := cfg.KeyIndexBase(); base != "" {
 		// A folder of each table's own: closing a sink sweeps its
 		// folder's stale key indexes, not every table's.
@@ -382,6 +384,39 @@ func (d *database) runTable(ctx context.Context, topic string, budget *sink.Budg
 	}
 	if cfg.Registerer != nil {
 		cfg.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"table": name}, cfg.Registerer)
+	}
+	if d.grouped {
+		// The table's partitions among the group's processes, its
+		// commits by its coordinator at the server; the round's stop
+		// ends the input as a signal would.
+		gctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-stop:
+				cancel()
+			case <-gctx.Done():
+			}
+		}()
+		r.res, r.err = kf.runGroup(gctx, cfg, tbl.Schema(), d.format, d.dbz, d.vnodesGiven, d.rowsSet, cfg.Logger)
+		return r
+	}
+	src, err := kf.open(ctx, dec, stop)
+	if err != nil {
+		r.err = err
+		return r
+	}
+	if cfg.StateDir == "" {
+		if warehouse.IsObjectStore(d.warehouse) {
+			src.Close()
+			r.err = fmt.Errorf("%w: --state-dir: with an object-storage warehouse, give a local folder for the coordinators' checkpoints", errUsage)
+			return r
+		}
+		cfg.StateDir = filepath.Join(d.warehouse, "_icesink", name, cfg.SinkID)
+	} else {
+		cfg.StateDir = filepath.Join(cfg.StateDir, name)
+	}
+	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(src.Collector()); err != nil {
 			src.Close()
 			r.err = fmt.Errorf("registering the Kafka source's metrics: %w", err)

@@ -33,6 +33,131 @@ func dbKey(id int64) []byte {
 	return fmt.Appendf(nil, `{"schema":{"type":"struct","optional":false,"fields":[{"type":"int64","optional":false,"field":"id"}]},"payload":{"id":%d}}`, id)
 }
 
+// connectorFeed is a Debezium connector's three topics (JSON with schemas) in a
+// kfake cluster, with each topic's model.
+type connectorFeed struct {
+	t      *testing.T
+	topics []*dbTopic
+	rng    *rand.Rand
+	cl     *kgo.Client
+	parts  int32
+	ends   map[string]map[int32]int // topic -> partition -> records
+}
+
+// newConnectorFeed starts a cluster whose topics have parts partitions (and a
+// topic "dlq").
+func newConnectorFeed(t *testing.T, seed uint64, parts int32) (*connectorFeed, *kfake.Cluster) {
+	f := &connectorFeed{t: t, rng: rand.New(rand.NewPCG(seed, 3)), parts: parts, ends: map[string]map[int32]int{}, topics: []*dbTopic{
+		{name: "dbserver1.inventory.customers", fields: []string{connectField("id", "int64", false), connectField("email", "string", true)}},
+		{name: "dbserver1.inventory.orders", fields: []string{connectField("id", "int64", false), connectField("qty", "int32", false)}},
+		{name: "dbserver1.inventory.products", fields: []string{connectField("id", "int64", false), connectField("price", "double", true)}},
+	}}
+	var names []string
+	for _, tp := range f.topics {
+		names = append(names, tp.name)
+		tp.model = map[int64][]any{}
+		f.ends[tp.name] = map[int32]int{}
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(parts, append(names, "dlq")...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	if f.cl, err = kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner())); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.cl.Close)
+	return f, c
+}
+
+// event returns topic tp's next event for key id and applies it.
+func (f *connectorFeed) event(tp *dbTopic, id int64) *kgo.Record {
+	var after string
+	var row []any
+	switch tp.name {
+	case f.topics[0].name:
+		email := fmt.Sprintf("u%d@example.com", f.rng.IntN(1000))
+		after, row = fmt.Sprintf(`{"id":%d,"email":%q}`, id, email), []any{id, email}
+	case f.topics[1].name:
+		q := int64(f.rng.IntN(100))
+		if len(tp.fields) == 3 {
+			q = 1<<35 + q // needs the widened long
+			note := fmt.Sprint("n", f.rng.IntN(9))
+			after, row = fmt.Sprintf(`{"id":%d,"qty":%d,"note":%q}`, id, q, note), []any{id, q, note}
+		} else {
+			after, row = fmt.Sprintf(`{"id":%d,"qty":%d}`, id, q), []any{id, q, nil}
+		}
+	default:
+		p := float64(f.rng.IntN(10000)) / 100
+		after, row = fmt.Sprintf(`{"id":%d,"price":%v}`, id, p), []any{id, p}
+	}
+	part := int32(id % int64(f.parts))
+	f.ends[tp.name][part]++
+	before := "null"
+	if tp.model[id] != nil {
+		before = fmt.Sprintf(`{"id":%d}`, id)
+		if f.rng.IntN(5) == 0 {
+			delete(tp.model, id)
+			return &kgo.Record{Topic: tp.name, Key: dbKey(id), Value: connectEnvelope(tp.fields, before, "null"), Partition: part}
+		}
+	}
+	tp.model[id] = row
+	return &kgo.Record{Topic: tp.name, Key: dbKey(id), Value: connectEnvelope(tp.fields, before, after), Partition: part}
+}
+
+// produce sends n events to every topic.
+func (f *connectorFeed) produce(n int) {
+	var recs []*kgo.Record
+	for range n {
+		for _, tp := range f.topics {
+			recs = append(recs, f.event(tp, int64(f.rng.IntN(150))))
+		}
+	}
+	if err := f.cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// evolve makes orders' source add a column and widen qty.
+func (f *connectorFeed) evolve() {
+	f.topics[1].fields = []string{connectField("id", "int64", false), connectField("qty", "int64", false), connectField("note", "string", true)}
+}
+
+// check fails unless tp's table in whDir equals its model.
+func (f *connectorFeed) check(whDir string, tp *dbTopic, phase string) {
+	f.t.Helper()
+	ctx := context.Background()
+	wh, err := warehouse.Open(ctx, whDir, warehouse.Options{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer wh.Close()
+	tbl, err := wh.Catalog.LoadTable(ctx, dbTable(tp))
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	got := map[int64][]any{}
+	for row, err := range warehouse.Rows(ctx, tbl) {
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		got[row[0].(int64)] = append([]any(nil), row...)
+	}
+	if len(got) != len(tp.model) {
+		f.t.Fatalf("%s: table %s has %d rows, the model %d", phase, tp.name, len(got), len(tp.model))
+	}
+	for id, w := range tp.model {
+		if g := got[id]; !reflect.DeepEqual(g, w) {
+			f.t.Fatalf("%s: table %s id %d: %v, model %v", phase, tp.name, id, g, w)
+		}
+	}
+}
+
+// dbTable is the table --table-template inventory.{table} gives tp.
+func dbTable(tp *dbTopic) table.Identifier {
+	return table.Identifier{"inventory", tp.name[strings.LastIndex(tp.name, ".")+1:]}
+}
+
 // TestDatabaseFeed: one run reads a Debezium connector's three topics
 // (JSON with schemas) into three tables named by --table-template, created
 // from the events' schemas; one table's source adds a column and widens
@@ -41,74 +166,11 @@ func dbKey(id int64) []byte {
 // table stops with an error naming it, the others take their new events,
 // and the run exits 1.
 func TestDatabaseFeed(t *testing.T) {
-	topics := []*dbTopic{
-		{name: "dbserver1.inventory.customers", fields: []string{connectField("id", "int64", false), connectField("email", "string", true)}},
-		{name: "dbserver1.inventory.orders", fields: []string{connectField("id", "int64", false), connectField("qty", "int32", false)}},
-		{name: "dbserver1.inventory.products", fields: []string{connectField("id", "int64", false), connectField("price", "double", true)}},
-	}
-	var names []string
-	for _, tp := range topics {
-		names = append(names, tp.name)
-		tp.model = map[int64][]any{}
-	}
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, append(names, "dlq")...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	rng := rand.New(rand.NewPCG(31, 3))
-	// event returns topic tp's next event for key id and applies it.
-	event := func(tp *dbTopic, id int64) *kgo.Record {
-		var after string
-		var row []any
-		switch tp.name {
-		case topics[0].name:
-			email := fmt.Sprintf("u%d@example.com", rng.IntN(1000))
-			after, row = fmt.Sprintf(`{"id":%d,"email":%q}`, id, email), []any{id, email}
-		case topics[1].name:
-			q := int64(rng.IntN(100))
-			if len(tp.fields) == 3 {
-				q = 1<<35 + q // needs the widened long
-				note := fmt.Sprint("n", rng.IntN(9))
-				after, row = fmt.Sprintf(`{"id":%d,"qty":%d,"note":%q}`, id, q, note), []any{id, q, note}
-			} else {
-				after, row = fmt.Sprintf(`{"id":%d,"qty":%d}`, id, q), []any{id, q, nil}
-			}
-		default:
-			p := float64(rng.IntN(10000)) / 100
-			after, row = fmt.Sprintf(`{"id":%d,"price":%v}`, id, p), []any{id, p}
-		}
-		before := "null"
-		if tp.model[id] != nil {
-			before = fmt.Sprintf(`{"id":%d}`, id)
-			if rng.IntN(5) == 0 {
-				delete(tp.model, id)
-				return &kgo.Record{Topic: tp.name, Key: dbKey(id), Value: connectEnvelope(tp.fields, before, "null"), Partition: int32(id % 2)}
-			}
-		}
-		tp.model[id] = row
-		return &kgo.Record{Topic: tp.name, Key: dbKey(id), Value: connectEnvelope(tp.fields, before, after), Partition: int32(id % 2)}
-	}
-	produce := func(n int) {
-		var recs []*kgo.Record
-		for range n {
-			for _, tp := range topics {
-				recs = append(recs, event(tp, int64(rng.IntN(150))))
-			}
-		}
-		if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	produce(600)
-	// orders' source adds a column and widens qty.
-	topics[1].fields = []string{connectField("id", "int64", false), connectField("qty", "int64", false), connectField("note", "string", true)}
-	produce(600)
+	f, c := newConnectorFeed(t, 31, 2)
+	topics, cl, rng := f.topics, f.cl, f.rng
+	f.produce(600)
+	f.evolve()
+	f.produce(600)
 
 	whDir := t.TempDir()
 	args := []string{"run", "--warehouse", whDir, "--table-template", "inventory.{table}", "--format", "debezium-json",
@@ -117,38 +179,14 @@ func TestDatabaseFeed(t *testing.T) {
 	killed := killAndRerun(t, rng, args, 2, 200*time.Millisecond, 800*time.Millisecond)
 	check := func(tp *dbTopic, phase string) {
 		t.Helper()
-		ctx := context.Background()
-		wh, err := warehouse.Open(ctx, whDir, warehouse.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer wh.Close()
-		tbl, err := wh.Catalog.LoadTable(ctx, table.Identifier{"inventory", tp.name[strings.LastIndex(tp.name, ".")+1:]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := map[int64][]any{}
-		for row, err := range warehouse.Rows(ctx, tbl) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			got[row[0].(int64)] = append([]any(nil), row...)
-		}
-		if len(got) != len(tp.model) {
-			t.Fatalf("%s: table %s has %d rows, the model %d (%d runs killed)", phase, tp.name, len(got), len(tp.model), killed)
-		}
-		for id, w := range tp.model {
-			if g := got[id]; !reflect.DeepEqual(g, w) {
-				t.Fatalf("%s: table %s id %d: %v, model %v", phase, tp.name, id, g, w)
-			}
-		}
+		f.check(whDir, tp, fmt.Sprintf("%s (%d runs killed)", phase, killed))
 	}
 	for _, tp := range topics {
 		check(tp, "after the kills")
 	}
 
 	// customers' email becomes a double: that table stops, the others go on.
-	produce(100)
+	f.produce(100)
 	topics[0].fields = []string{connectField("id", "int64", false), connectField("email", "double", true)}
 	bad := &kgo.Record{Topic: topics[0].name, Key: dbKey(1), Value: connectEnvelope(topics[0].fields, "null", `{"id":1,"email":1.5}`)}
 	if err := cl.ProduceSync(context.Background(), bad).FirstErr(); err != nil {

@@ -344,3 +344,72 @@ func TestGRPCMessageLimits(t *testing.T) {
 		t.Fatalf("a payload over the limit: %v, want a refusal saying to commit more often", err)
 	}
 }
+
+// TestGRPCLookup: one server of two tables' coordinators, each started by
+// the lookup at its first writer with that writer's vnode count; writers
+// of each table commit into their own table only, and a writer naming a
+// table the lookup refuses is refused with that error.
+func TestGRPCLookup(t *testing.T) {
+	ctx, cancel := context.WithTimeout(t.Context(), 45*time.Second)
+	defer cancel()
+	tables := map[string]*jobtest.Table{"ns.a": {Delay: time.Millisecond}, "ns.b": {}}
+	var mu sync.Mutex
+	started := map[string]*coordinator.Coordinator{}
+	lookup := func(_ context.Context, job map[string]string, vnodeCount int) (*coordinator.Coordinator, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		name := job[coordinator.JobTable]
+		if c, ok := started[name]; ok {
+			return c, nil
+		}
+		tbl, ok := tables[name]
+		if !ok {
+			return nil, fmt.Errorf("%w: no table %q here", coordinator.ErrJobMismatch, name)
+		}
+		c, err := coordinator.Start(ctx, coordinator.Config{Vnodes: vnodeCount, CommitInterval: 2, Job: map[string]string{coordinator.JobTable: name}},
+			tbl, &coordinator.MemStore{}, coordinator.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		started[name] = c
+		return c, nil
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- ServeLookup(ctx, lis, lookup) }()
+	addr := lis.Addr().String()
+	writers := func(name string, vnodes, n int) []*jobtest.Writer {
+		parts, err := coordinator.SplitVnodes(vnodes, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws := make([]*jobtest.Writer, n)
+		for i, p := range parts {
+			ws[i] = &jobtest.Writer{Vnodes: p, Last: 12, Connect: func(ctx context.Context, vn *roaring.Bitmap) (coordinator.Session, error) {
+				return Dial(ctx, addr, vn, coordinator.WithVnodeCount(vnodes), coordinator.WithJob(map[string]string{coordinator.JobTable: name}))
+			}}
+		}
+		return ws
+	}
+	if err := jobtest.RunAll(ctx, append(writers("ns.a", 3, 2), writers("ns.b", 8, 3)...)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tables["ns.a"].Check(3, 12); err != nil {
+		t.Fatalf("table a: %v", err)
+	}
+	if err := tables["ns.b"].Check(8, 12); err != nil {
+		t.Fatalf("table b: %v", err)
+	}
+	_, err = Dial(ctx, addr, roaring.BitmapOf(0), coordinator.WithVnodeCount(3), coordinator.WithJob(map[string]string{coordinator.JobTable: "ns.c"}))
+	if !errors.Is(err, coordinator.ErrJobMismatch) || !strings.Contains(err.Error(), `no table "ns.c"`) {
+		t.Fatalf("a writer of an unknown table: %v, want the lookup's refusal", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("serve: %v", err)
+	}
+}

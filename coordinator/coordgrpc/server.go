@@ -34,7 +34,43 @@ const MaxStreams = 1024
 
 type server struct {
 	coordpb.UnimplementedCoordinatorServer
-	c *coordinator.Coordinator
+	c      *coordinator.Coordinator
+	lookup Lookup // when c is nil
+}
+
+// Lookup finds the coordinator a writer's session joins from what the
+// writer registered: its job (coordinator.JobTable names its table) and
+// the vnode count it routes with. A server of many tables' coordinators
+// starts a table's at its first writer. An error refuses the writer.
+type Lookup func(ctx context.Context, job map[string]string, vnodeCount int) (*coordinator.Coordinator, error)
+
+// RegisterLookup adds the coordinator service to s for many coordinators:
+// each session joins the one lookup gives for it.
+func RegisterLookup(s *grpc.Server, lookup Lookup) {
+	coordpb.RegisterCoordinatorServer(s, &server{lookup: lookup})
+}
+
+// ServeLookup serves the coordinators lookup finds on lis until ctx is
+// cancelled, then stops the server, breaking open streams. A coordinator
+// that stops or fails ends only its own sessions.
+func ServeLookup(ctx context.Context, lis net.Listener, lookup Lookup, opts ...grpc.ServerOption) error {
+	s := newServer(opts)
+	RegisterLookup(s, lookup)
+	errc := make(chan error, 1)
+	go func() { errc <- s.Serve(lis) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	s.Stop()
+	<-errc
+	return nil
+}
+
+func newServer(opts []grpc.ServerOption) *grpc.Server {
+	base := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize), grpc.MaxConcurrentStreams(MaxStreams)}, Security{}.ServerOptions()...)
+	return grpc.NewServer(append(base, opts...)...)
 }
 
 // Register adds the coordinator service for c to s. Use it to serve with
@@ -49,8 +85,7 @@ func Register(s *grpc.Server, c *coordinator.Coordinator) {
 // server, breaking open streams. It returns nil after such a stop, unless
 // c stopped because it failed (coordinator.ErrFailed): then that failure.
 func Serve(ctx context.Context, lis net.Listener, c *coordinator.Coordinator, opts ...grpc.ServerOption) error {
-	base := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(MaxMessageSize), grpc.MaxSendMsgSize(MaxMessageSize), grpc.MaxConcurrentStreams(MaxStreams)}, Security{}.ServerOptions()...)
-	s := grpc.NewServer(append(base, opts...)...)
+	s := newServer(opts)
 	Register(s, c)
 	errc := make(chan error, 1)
 	go func() { errc <- s.Serve(lis) }()
@@ -93,7 +128,13 @@ func (s *server) Session(stream coordpb.Coordinator_SessionServer) error {
 	if job := reg.GetJob(); len(job) > 0 {
 		opts = append(opts, coordinator.WithJob(job))
 	}
-	sess, err := s.c.Connect(ctx, vnodes, opts...)
+	c := s.c
+	if c == nil {
+		if c, err = s.lookup(ctx, reg.GetJob(), int(reg.GetVnodeCount())); err != nil {
+			return stream.Send(&coordpb.CoordinatorMessage{Msg: &coordpb.CoordinatorMessage_Error{Error: encodeError(err)}})
+		}
+	}
+	sess, err := c.Connect(ctx, vnodes, opts...)
 	if err != nil {
 		return stream.Send(&coordpb.CoordinatorMessage{Msg: &coordpb.CoordinatorMessage_Error{Error: encodeError(err)}})
 	}
