@@ -384,10 +384,10 @@ func jobOf(tbl *table.Table, sinkID string) map[string]string {
 	meta := tbl.Metadata()
 	return map[string]string{
 		coordinator.JobTable: strings.Join(tbl.Identifier(), "."),
-		"table-uuid":     meta.TableUUID().String(),
-		"spec-id":        strconv.Itoa(meta.DefaultPartitionSpec()),
-		"format-version": strconv.Itoa(meta.Version()),
-		"sink-id":        sinkID,
+		"table-uuid":         meta.TableUUID().String(),
+		"spec-id":            strconv.Itoa(meta.DefaultPartitionSpec()),
+		"format-version":     strconv.Itoa(meta.Version()),
+		"sink-id":            sinkID,
 	}
 }
 
