@@ -30,8 +30,8 @@ type Retention struct {
 	// OlderThan when they ask for more.
 	OlderThan time.Duration
 	// MaxDataManifests merges the current snapshot's data manifests
-	// (iceberg-go's RewriteManifests) when it holds more than this many.
-	// 0: never.
+	// (iceberg-go's RewriteManifests) when it holds more than this many
+	// (at most V3MaxManifests on a format v3 table). 0: never.
 	MaxDataManifests int
 	// MaxDeleteManifests merges the current snapshot's delete manifests
 	// into one per partition spec when it holds more than this many
@@ -63,6 +63,13 @@ func (r Retention) withTable(props iceberg.Properties) Retention {
 	}
 	return r
 }
+
+// V3MaxManifests caps the manifest limits on a format v3 table: a commit
+// that replaces deletion vectors reads every manifest of the table
+// (iceberg-go v0.7.0's overwrite producer scans them all for the replaced
+// vectors, and its check that the vectors' data files exist reads the
+// data manifests), so it stays cheap only while they are few.
+const V3MaxManifests = 8
 
 // Tidied is what one Tidy did.
 type Tidied struct {
@@ -129,6 +136,14 @@ func removeExpired(ctx context.Context, before, after *table.Table) error {
 	return errors.Join(errs...)
 }
 
+// capLimit is limit, at most most (0, never, stays 0).
+func capLimit(limit, most int) int {
+	if limit == 0 {
+		return 0
+	}
+	return min(limit, most)
+}
+
 func removeIfPresent(wfs icebergio.WriteFileIO, path string) error {
 	if err := wfs.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err
@@ -170,6 +185,10 @@ func (c *Committer) Tidy(ctx context.Context, r Retention) (Tidied, error) {
 				return t, err
 			}
 		}
+	}
+	if c.tbl.Metadata().Version() >= 3 {
+		r.MaxDataManifests = capLimit(r.MaxDataManifests, V3MaxManifests)
+		r.MaxDeleteManifests = capLimit(r.MaxDeleteManifests, V3MaxManifests)
 	}
 	// Reading the manifest list costs as much as a commit: it is read
 	// every eighth of the smaller limit's commits (a commit adds one data

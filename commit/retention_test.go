@@ -2,12 +2,15 @@ package commit_test
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"testing"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/warehouse"
 )
 
 // TestTidyHonoursTableRetention: the table's own retention properties
@@ -108,5 +111,55 @@ func TestExpiryRemovesManifests(t *testing.T) {
 	}
 	if len(before)-len(cm.Table().Metadata().Snapshots()) < 8 || removed == 0 {
 		t.Fatalf("%d snapshots expired, %d files removed; want 8 and some", len(before)-len(cm.Table().Metadata().Snapshots()), removed)
+	}
+}
+
+// TestTidyCapsManifestsOnV3: with the default retention (100 manifests)
+// a format v3 table's data manifests are merged past V3MaxManifests (a
+// commit replacing deletion vectors reads them all), a v2 table's are not.
+func TestTidyCapsManifestsOnV3(t *testing.T) {
+	for _, version := range []int{2, 3} {
+		ctx := context.Background()
+		wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer wh.Close()
+		tbl, _, err := wh.LoadOrCreate(ctx, testIdent, warehouse.TableSpec{Schema: testSchema(),
+			Properties: iceberg.Properties{"format-version": strconv.Itoa(version)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm, err := commit.NewCommitter(ctx, wh.Catalog, testIdent, "s")
+		if err != nil {
+			t.Fatal(err)
+		}
+		most := 0
+		for e := uint64(1); e <= 3*commit.V3MaxManifests; e++ {
+			df := dataFile(t, fmt.Sprintf("%s/data/s-%d.parquet", tbl.Location(), e))
+			ent, err := commit.EncodeEntry(df, *iceberg.UnpartitionedSpec, testSchema(), version)
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := commit.Payload{Version: commit.PayloadVersion, SinkID: "s", FormatVersion: version,
+				Files: []commit.File{{Kind: commit.DataFile, Path: df.FilePath(), Rows: 10, Bytes: 100, Entry: ent}}}
+			if _, err := cm.Commit(ctx, e, []commit.Payload{p}, nil); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cm.Tidy(ctx, commit.DefaultRetention()); err != nil {
+				t.Fatal(err)
+			}
+			data, _ := countManifests(t, cm.Table())
+			most = max(most, data)
+		}
+		switch {
+		case version == 3 && most > commit.V3MaxManifests+1:
+			t.Errorf("v3: %d data manifests at most, want them merged past %d", most, commit.V3MaxManifests)
+		case version == 2 && most != 3*commit.V3MaxManifests:
+			t.Errorf("v2: %d data manifests at most, want one per commit (%d)", most, 3*commit.V3MaxManifests)
+		}
+		if got := len(dataFiles(t, cm.Table())); got != 3*commit.V3MaxManifests {
+			t.Errorf("v%d: %d data files after the merges, want %d", version, got, 3*commit.V3MaxManifests)
+		}
 	}
 }

@@ -56,21 +56,38 @@ func (w *Writer) flushDVs(ctx context.Context) error {
 		paths = append(paths, p)
 	}
 	slices.Sort(paths)
+	// The live vectors to merge, read a Puffin file at a time: a window's
+	// vectors share one file, whose footer is then decoded once.
+	byFile := map[string][]string{} // Puffin file -> data files
+	var files []string
 	for _, p := range paths {
 		prev, ok := d.live[p]
 		if !ok {
 			continue
 		}
-		bm, err := dv.ReadDV(w.fs, prev)
-		if err != nil {
-			return fmt.Errorf("deltawriter: reading the deletion vector of %s: %w", p, err)
+		if byFile[prev.FilePath()] == nil {
+			files = append(files, prev.FilePath())
 		}
-		d.w.Load(p, bm, int32(w.spec.ID()), d.lanes[p].values)
-		entry, err := commit.EncodeEntry(prev, w.spec, w.schema, w.version)
-		if err != nil {
-			return err
+		byFile[prev.FilePath()] = append(byFile[prev.FilePath()], p)
+	}
+	for _, f := range files {
+		prevs := make([]iceberg.DataFile, len(byFile[f]))
+		for i, p := range byFile[f] {
+			prevs[i] = d.live[p]
 		}
-		w.done = append(w.done, commit.File{Kind: commit.ReplacedDeletionVector, Path: prev.FilePath(), Rows: prev.Count(), Entry: entry, Ref: p})
+		bms, err := dv.ReadDVs(w.fs, prevs)
+		if err != nil {
+			return fmt.Errorf("deltawriter: reading the deletion vectors of %s: %w", f, err)
+		}
+		for i, p := range byFile[f] {
+			prev := prevs[i]
+			d.w.Load(p, bms[i], int32(w.spec.ID()), d.lanes[p].values)
+			entry, err := commit.EncodeEntry(prev, w.spec, w.schema, w.version)
+			if err != nil {
+				return err
+			}
+			w.done = append(w.done, commit.File{Kind: commit.ReplacedDeletionVector, Path: prev.FilePath(), Rows: prev.Count(), Entry: entry, Ref: p})
+		}
 	}
 	// Any lane names the file: vectors are written with the table's data.
 	path := w.newPath(d.lanes[paths[0]], "dv")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"sync/atomic"
 
@@ -134,6 +135,15 @@ type parquetFile struct {
 	handed    int64 // Arrow bytes handed to the encoder in total
 	enc       *encoder
 	stopped   bool
+	// dead are the positions (in the numbering of appended rows) of rows
+	// still in the builders that a later change of the window deleted:
+	// flushBatch leaves them out (format v3: a deletion vector may not
+	// name a file of its own snapshot, so such a row would cost a rewrite
+	// of the file at PrepareCommit). dropped are all the positions left
+	// out so far, ascending: a row's place in the file is its position
+	// less the dropped ones before it.
+	dead    []uint32
+	dropped []uint32
 
 	// The encoder's side: rgRaw is its own, the rest it publishes.
 	rgBytes  int64        // row-group size at which a new row group starts
@@ -418,7 +428,17 @@ func (f *parquetFile) appended() (int64, error) {
 	return pos, nil
 }
 
-// flushBatch hands the builders' rows to the encoder.
+// drop leaves the row at pos out of the file if it is still in the
+// builders, and says whether it did.
+func (f *parquetFile) drop(pos int64) bool {
+	if pos < f.rows-int64(f.buffered) || pos >= f.rows {
+		return false
+	}
+	f.dead = append(f.dead, uint32(pos))
+	return true
+}
+
+// flushBatch hands the builders' rows, less the dead ones, to the encoder.
 func (f *parquetFile) flushBatch() error {
 	if err := f.failure(); err != nil {
 		return err
@@ -430,7 +450,24 @@ func (f *parquetFile) flushBatch() error {
 		return err
 	}
 	rec := f.bld.NewRecordBatch()
+	first := f.rows - int64(f.buffered)
 	f.buffered = 0
+	if len(f.dead) > 0 {
+		slices.Sort(f.dead)
+		next := 0
+		kept, err := liveRows(f.sc, rec, first, f.dead, &next)
+		rec.Release()
+		if err != nil {
+			return fmt.Errorf("%s: leaving out deleted rows: %w", f.path, err)
+		}
+		f.dropped = append(f.dropped, f.dead...)
+		f.dead = f.dead[:0]
+		if kept.NumRows() == 0 {
+			kept.Release()
+			return nil
+		}
+		rec = kept
+	}
 	f.handed += recordBytes(rec)
 	f.reserve(rec)
 	return f.enc.send(encodeJob{f: f, rec: rec})

@@ -53,11 +53,12 @@ func (w *Writer) rewriteDeleted(ctx context.Context, ln *lane, share float64) er
 	for _, ord := range ords {
 		ps := pick[ord]
 		slices.Sort(ps)
-		if err := w.rewriteFile(ctx, ln, w.files[ord], ps); err != nil {
+		fi := w.files[ord]
+		if err := w.rewriteFile(ctx, ln, fi, ps); err != nil {
 			return err
 		}
 		// The key index (Committed) finds the rows at their new places.
-		w.files[ord].dropped = ps
+		fi.dropped = mergeSorted(fi.dropped, ps)
 		w.stats.RewrittenFiles++
 		w.stats.RewrittenDeletes += int64(len(ps))
 	}
@@ -94,6 +95,16 @@ func (w *Writer) rewriteFile(ctx context.Context, ln *lane, fi *fileInfo, delete
 	dst, err := createParquetFile(w.fs, w.enc, path, fs.arrow, fs.props, w.opts.BatchRows, w.opts.RowGroupBytes)
 	if err != nil {
 		return fmt.Errorf("deltawriter: %w", err)
+	}
+	if len(fi.dropped) > 0 {
+		// Rows left out before encoding are not in the file: a deleted
+		// row's place is its position less those before it.
+		at := make([]uint32, len(deleted))
+		for i, d := range deleted {
+			n, _ := slices.BinarySearch(fi.dropped, d)
+			at[i] = d - uint32(n)
+		}
+		deleted = at
 	}
 	var pos int64 // of the batch's first row in the old file
 	next := 0     // the first deleted position not yet passed
@@ -143,6 +154,18 @@ func (w *Writer) rewriteFile(ctx context.Context, ln *lane, fi *fileInfo, delete
 		return fmt.Errorf("deltawriter: removing rewritten %s: %w", old.Path, err)
 	}
 	return nil
+}
+
+// mergeSorted returns the sorted union of two sorted lists without common
+// entries.
+func mergeSorted(a, b []uint32) []uint32 {
+	if len(a) == 0 {
+		return b
+	}
+	out := make([]uint32, 0, len(a)+len(b))
+	out = append(append(out, a...), b...)
+	slices.Sort(out)
+	return out
 }
 
 // liveRows returns the rows of rec (whose first row is at position pos of

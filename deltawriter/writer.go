@@ -201,6 +201,10 @@ type Stats struct {
 	// count the files as committed.
 	RewrittenFiles   int
 	RewrittenDeletes int64
+	// DroppedUnencoded counts the window's rows deleted while still in
+	// the Arrow builders, left out of their files instead (format v3,
+	// where a deletion vector may not name a file of its own snapshot).
+	DroppedUnencoded int64
 	Index            dedup.Stats
 	// DeleteByPosition: IndexLookups counts the window keys looked up in
 	// the key index at PrepareCommit, OldRowsDeleted the rows of earlier
@@ -303,8 +307,10 @@ type fileInfo struct {
 	rows    int64       // rows, once closed
 	deleted int64       // position deletes of its rows in the window
 	flushed bool        // some of them are in a position-delete file already
-	// moved: PrepareCommit rewrote the file without the dropped rows
-	// (sorted positions) into newPath ("" when no row was left).
+	// dropped are the positions of rows left out of the file (deleted
+	// before they were encoded, or by PrepareCommit's rewrite), sorted;
+	// moved: PrepareCommit rewrote the file without its deleted rows into
+	// newPath ("" when no row was left).
 	moved   bool
 	newPath string
 	dropped []uint32
@@ -804,8 +810,13 @@ func (w *Writer) appendRow(ln *lane, row []any) (dedup.Ref, error) {
 
 func (w *Writer) positionDelete(ref dedup.Ref) error {
 	fi := w.files[ref.File]
-	fi.deleted++
 	ln := fi.lane
+	if w.version >= 3 && fi.done < 0 && ln.data != nil && ln.dataOrd == ref.File && ln.data.drop(int64(ref.Pos)) {
+		// Not encoded yet: left out of the file instead.
+		w.stats.DroppedUnencoded++
+		return nil
+	}
+	fi.deleted++
 	ln.posDel = append(ln.posDel, uint64(ref.File)<<32|uint64(ref.Pos))
 	w.posDels++
 	return w.flushFullPositionDeletes()
@@ -899,6 +910,15 @@ func (w *Writer) closeData(ln *lane) error {
 		return fmt.Errorf("deltawriter: %w", err)
 	}
 	fi := w.files[ln.dataOrd]
+	fi.dropped = f.dropped
+	if md.NumRows == 0 && len(f.dropped) > 0 {
+		// Every row was deleted before it was encoded.
+		fi.moved = true
+		if err := w.fs.Remove(f.path); err != nil {
+			return fmt.Errorf("deltawriter: removing %s, whose rows the window deleted: %w", f.path, err)
+		}
+		return nil
+	}
 	if err := w.finish(ln, commit.DataFile, f.path, md, size, fi.schema.schema); err != nil {
 		return err
 	}
@@ -1090,9 +1110,9 @@ func (w *Writer) PrepareCommit(ctx context.Context) (commit.Payload, error) {
 		// index (or Abort drops it).
 		pw := &pendingWindow{paths: make([]string, len(w.files)), lanes: make([]string, len(w.files)), dropped: make([][]uint32, len(w.files))}
 		for i, fi := range w.files {
-			pw.paths[i], pw.lanes[i] = fi.path, fi.lane.key
+			pw.paths[i], pw.lanes[i], pw.dropped[i] = fi.path, fi.lane.key, fi.dropped
 			if fi.moved {
-				pw.paths[i], pw.dropped[i] = fi.newPath, fi.dropped
+				pw.paths[i] = fi.newPath
 			}
 		}
 		w.pending = pw

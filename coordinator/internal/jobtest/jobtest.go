@@ -119,6 +119,16 @@ var errKilled = errors.New("jobtest: killed")
 func (w *Writer) Run(ctx context.Context) error {
 	for {
 		sess, err := w.Connect(ctx, w.Vnodes)
+		if errors.Is(err, coordinator.ErrOverlap) && w.killed {
+			// The coordinator has not yet seen the killed session's
+			// stream break: try again, as a restarted process would.
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("connect: %w", err)
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("connect: %w", err)
 		}
