@@ -270,7 +270,7 @@ func (r *retentionFlags) register(fs *flag.FlagSet) {
 	d := commit.DefaultRetention()
 	fs.IntVar(&r.retain, "retain-snapshots", d.RetainSnapshots, "keep the newest `N` snapshots; older ones expire after commits (0: keep all history)")
 	fs.DurationVar(&r.olderThan, "expire-older-than", d.OlderThan, "only snapshots older than this `DURATION` expire (protects readers planning on recent ones)")
-	fs.IntVar(&r.maxManifests, "max-manifests", d.MaxDataManifests, "merge the data manifests, and the delete manifests, when the table's snapshot has more than `N` of them (0: never)")
+	fs.IntVar(&r.maxManifests, "max-manifests", d.MaxDataManifests, "merge the data manifests, and the delete manifests, when the table's snapshot has more than `N` of them (at most 8 on a format v3 table, whose commits read them all; 0: never)")
 }
 
 func (r *retentionFlags) retention() (*commit.Retention, error) {
