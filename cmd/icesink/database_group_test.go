@@ -29,21 +29,8 @@ func TestDatabaseGroup(t *testing.T) {
 	defer cancel()
 	f, c := newConnectorFeed(t, 47, 3)
 	whDir := t.TempDir()
-	coord := mpStart(t, ctx, "coordinator", "--warehouse", whDir, "--table-template", "inventory.{table}",
+	caddr, coord := mpServe(t, ctx, "coordinator", "--warehouse", whDir, "--table-template", "inventory.{table}",
 		"--listen", "127.0.0.1:0", "--checkpoint-interval", "300ms", "--align-timeout", "30s")
-	var caddr string
-	for caddr == "" {
-		if m := servingRE.FindStringSubmatch(coord.output()); m != nil {
-			caddr = m[1]
-		}
-		select {
-		case <-coord.done:
-			t.Fatalf("coordinator exited: %v\n%s", coord.err, coord.output())
-		case <-ctx.Done():
-			t.Fatalf("coordinator not listening\n%s", coord.output())
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
 	start := func() *mpProc {
 		return mpStart(t, ctx, "run", "--warehouse", whDir, "--table-template", "inventory.{table}", "--format", "debezium-json",
 			"--kafka-brokers", c.ListenAddrs()[0], "--topic-regex", `dbserver1\.inventory\..*`, "--group", "sink", "--coordinator", caddr,

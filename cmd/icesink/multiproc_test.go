@@ -262,8 +262,15 @@ var servingRE = regexp.MustCompile(`serving writers on (\S+)\n`)
 // address it prints once listening.
 func mpCoordinator(t *testing.T, ctx context.Context, wh string, args ...string) (string, *mpProc) {
 	t.Helper()
-	p := mpStart(t, ctx, append([]string{"coordinator", "--warehouse", wh, "--table", mpTable,
+	return mpServe(t, ctx, append([]string{"coordinator", "--warehouse", wh, "--table", mpTable,
 		"--listen", "127.0.0.1:0", "--vnode-count", mpVnodes}, args...)...)
+}
+
+// mpServe starts `icesink ARGS` (a coordinator) and returns the address
+// it prints once listening.
+func mpServe(t *testing.T, ctx context.Context, args ...string) (string, *mpProc) {
+	t.Helper()
+	p := mpStart(t, ctx, args...)
 	for {
 		if m := servingRE.FindStringSubmatch(p.output()); m != nil {
 			return m[1], p

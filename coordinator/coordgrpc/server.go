@@ -56,12 +56,19 @@ func RegisterLookup(s *grpc.Server, lookup Lookup) {
 func ServeLookup(ctx context.Context, lis net.Listener, lookup Lookup, opts ...grpc.ServerOption) error {
 	s := newServer(opts)
 	RegisterLookup(s, lookup)
+	return serveUntil(ctx, s, lis, nil)
+}
+
+// serveUntil serves s on lis until ctx is cancelled or done is closed,
+// then stops it; it returns a failure of the server itself.
+func serveUntil(ctx context.Context, s *grpc.Server, lis net.Listener, done <-chan struct{}) error {
 	errc := make(chan error, 1)
 	go func() { errc <- s.Serve(lis) }()
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
+	case <-done:
 	}
 	s.Stop()
 	<-errc
@@ -87,16 +94,9 @@ func Register(s *grpc.Server, c *coordinator.Coordinator) {
 func Serve(ctx context.Context, lis net.Listener, c *coordinator.Coordinator, opts ...grpc.ServerOption) error {
 	s := newServer(opts)
 	Register(s, c)
-	errc := make(chan error, 1)
-	go func() { errc <- s.Serve(lis) }()
-	select {
-	case err := <-errc:
+	if err := serveUntil(ctx, s, lis, c.Done()); err != nil {
 		return err
-	case <-ctx.Done():
-	case <-c.Done():
 	}
-	s.Stop()
-	<-errc
 	if err := c.Err(); errors.Is(err, coordinator.ErrFailed) {
 		return err
 	}
