@@ -811,7 +811,7 @@ func (w *Writer) appendRow(ln *lane, row []any) (dedup.Ref, error) {
 func (w *Writer) positionDelete(ref dedup.Ref) error {
 	fi := w.files[ref.File]
 	ln := fi.lane
-	if w.version >= 3 && fi.done < 0 && ln.data != nil && ln.dataOrd == ref.File && ln.data.drop(int64(ref.Pos)) {
+	if w.version >= 3 && ln.data != nil && ln.dataOrd == ref.File && ln.data.drop(int64(ref.Pos)) {
 		// Not encoded yet: left out of the file instead.
 		w.stats.DroppedUnencoded++
 		return nil

@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"path/filepath"
 	"regexp"
 	"sync"
 	"time"
@@ -195,18 +194,12 @@ func (t *tableCoordinators) lookup(ctx context.Context, job map[string]string, v
 	if err != nil {
 		return nil, fmt.Errorf("%w: table %q: %v", coordinator.ErrJobMismatch, name, err)
 	}
-	cfg := t.base
-	cfg.Ident = ident
+	cfg := forTable(t.base, ident)
 	if vnodeCount > 0 {
 		cfg.Vnodes = vnodeCount
 	}
-	cfg.StateDir = filepath.Join(t.whDir, "_icesink", name, cfg.SinkID)
-	if t.stateDir != "" {
-		cfg.StateDir = filepath.Join(t.stateDir, name)
-	}
-	cfg.Logger = cfg.Logger.With("table", name)
-	if cfg.Registerer != nil {
-		cfg.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"table": name}, cfg.Registerer)
+	if cfg.StateDir, err = tableStateDir(t.whDir, t.stateDir, name, cfg.SinkID); err != nil {
+		return nil, err
 	}
 	// The server's lifetime, not the joining writer's.
 	c, stop, err := sink.StartCoordinator(context.WithoutCancel(ctx), cfg)
@@ -236,8 +229,8 @@ func serveTables(ctx context.Context, base sink.Config, template, listen, stateD
 	if err != nil {
 		return fmt.Errorf("%w: --table-template: %v", errUsage, err)
 	}
-	if stateDir == "" && warehouse.IsObjectStore(whDir) {
-		return fmt.Errorf("%w: --state-dir: with an object-storage warehouse, give a local folder for the coordinators' checkpoints", errUsage)
+	if _, err := tableStateDir(whDir, stateDir, "", base.SinkID); err != nil {
+		return err
 	}
 	tc := &tableCoordinators{base: base, match: match, template: template, stateDir: stateDir, whDir: whDir, running: map[string]tableCoordinator{}}
 	defer tc.close()

@@ -127,6 +127,44 @@ func templatePattern(template string) (*regexp.Regexp, error) {
 	return regexp.Compile("^" + quoted + "$")
 }
 
+// forTable is base for the table ident of a database: its logs and
+// metrics labelled with the table.
+func forTable(base sink.Config, ident table.Identifier) sink.Config {
+	name := strings.Join(ident, ".")
+	base.Ident = ident
+	base.Logger = base.Logger.With("table", name)
+	if base.Registerer != nil {
+		base.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"table": name}, base.Registerer)
+	}
+	return base
+}
+
+// tableStateDir is the folder of the coordinator's checkpoints of table
+// name in a database: DIR/NS.NAME under a given --state-dir DIR, else
+// WAREHOUSE/_icesink/NS.NAME/SINK-ID (a local warehouse only).
+func tableStateDir(whDir, stateDir, name, sinkID string) (string, error) {
+	if stateDir != "" {
+		return filepath.Join(stateDir, name), nil
+	}
+	if warehouse.IsObjectStore(whDir) {
+		return "", fmt.Errorf("%w: --state-dir: with an object-storage warehouse, give a local folder for the coordinators' checkpoints", errUsage)
+	}
+	return filepath.Join(whDir, "_icesink", name, sinkID), nil
+}
+
+// untilStop is ctx, cancelled also when stop is closed.
+func untilStop(ctx context.Context, stop <-chan struct{}) (context.Context, context.CancelFunc) {
+	sctx, cancel := context.WithCancel(ctx)
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
+	return sctx, cancel
+}
+
 // database runs one sink per topic, each into its own table, in this
 // process.
 type database struct {
@@ -146,8 +184,8 @@ type database struct {
 	stats     bool
 	// grouped: one of several processes of a consumer group, each table's
 	// writer joining its coordinator at the server --coordinator names.
-	grouped              bool
-	vnodesGiven, rowsSet bool
+	grouped                bool
+	vnodesGiven, rowsGiven bool
 }
 
 // tableRun is what one table's sink did.
@@ -336,15 +374,9 @@ func (d *database) runTable(ctx context.Context, topic string, budget *sink.Budg
 			r.err = err
 			return r
 		}
-		fctx, cancel := context.WithCancel(ctx)
+		// The round may end before the topic's first record.
+		fctx, cancel := untilStop(ctx, stop)
 		defer cancel()
-		go func() {
-			select {
-			case <-stop: // the round ends before the topic's first record
-				cancel()
-			case <-fctx.Done():
-			}
-		}()
 		spec.Schema, r.err = kf.eventSchema(fctx, d.format, key...)
 		if errors.Is(r.err, kafka.ErrEmptyTopic) || r.err != nil && fctx.Err() != nil {
 			r.skipped, r.err = "no records yet; its table is created once the topic has one", nil
@@ -365,56 +397,37 @@ func (d *database) runTable(ctx context.Context, topic string, budget *sink.Budg
 		return r
 	}
 	kf.schema, kf.spec, kf.evolve = tbl.Schema(), tbl.Spec(), d.evolve
-	dec, err := kf.decoder(d.format, tbl.Schema(), d.dbz)
-	if err != nil {
-		r.err = err
-		return r
-	}
-	cfg := d.base
-	cfg.Ident = r.ident
+	cfg := forTable(d.base, r.ident)
 	cfg.Budget = budget
 	if base := cfg.KeyIndexBase(); base != "" {
 		// A folder of each table's own: closing a sink sweeps its
 		// folder's stale key indexes, not every table's.
 		cfg.KeyIndexDir = filepath.Join(base, "t-"+name)
 	}
-	cfg.Logger = cfg.Logger.With("table", name)
 	if cfg.Progress != nil {
 		cfg.Progress = commitLog(cfg.Logger)
-	}
-	if cfg.Registerer != nil {
-		cfg.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"table": name}, cfg.Registerer)
 	}
 	if d.grouped {
 		// The table's partitions among the group's processes, its
 		// commits by its coordinator at the server; the round's stop
 		// ends the input as a signal would.
-		gctx, cancel := context.WithCancel(ctx)
+		gctx, cancel := untilStop(ctx, stop)
 		defer cancel()
-		go func() {
-			select {
-			case <-stop:
-				cancel()
-			case <-gctx.Done():
-			}
-		}()
-		r.res, r.err = kf.runGroup(gctx, cfg, tbl.Schema(), d.format, d.dbz, d.vnodesGiven, d.rowsSet, cfg.Logger)
+		r.res, r.err = kf.runGroup(gctx, cfg, tbl.Schema(), d.format, d.dbz, d.vnodesGiven, d.rowsGiven, cfg.Logger)
+		return r
+	}
+	if cfg.StateDir, r.err = tableStateDir(d.warehouse, cfg.StateDir, name, cfg.SinkID); r.err != nil {
+		return r
+	}
+	dec, err := kf.decoder(d.format, tbl.Schema(), d.dbz)
+	if err != nil {
+		r.err = err
 		return r
 	}
 	src, err := kf.open(ctx, dec, stop)
 	if err != nil {
 		r.err = err
 		return r
-	}
-	if cfg.StateDir == "" {
-		if warehouse.IsObjectStore(d.warehouse) {
-			src.Close()
-			r.err = fmt.Errorf("%w: --state-dir: with an object-storage warehouse, give a local folder for the coordinators' checkpoints", errUsage)
-			return r
-		}
-		cfg.StateDir = filepath.Join(d.warehouse, "_icesink", name, cfg.SinkID)
-	} else {
-		cfg.StateDir = filepath.Join(cfg.StateDir, name)
 	}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(src.Collector()); err != nil {

@@ -143,7 +143,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if db.enabled() {
 		d := &database{wh: wh, base: cfg, kf: kf, format: fmtv, dbz: dbz, evolve: inf.evolve, spec: spec, overrides: db.overrides,
 			template: db.template, warehouse: tf.warehouse, stdout: stdout, stderr: stderr, quiet: rpf.quiet, stats: rpf.stats,
-			grouped: kf.grouped(), vnodesGiven: isSet(fs, "vnode-count"), rowsSet: isSet(fs, "checkpoint-rows")}
+			grouped: kf.grouped(), vnodesGiven: isSet(fs, "vnode-count"), rowsGiven: isSet(fs, "checkpoint-rows")}
 		return d.run(ctx, db.topics(kf.topic), db.regex, db.refresh)
 	}
 	ident := cfg.Ident
