@@ -46,7 +46,7 @@ func (w *fullDiskFile) Write(p []byte) (int, error) {
 // encoder goes on serving the writer's other files.
 func TestEncoderWriteFailure(t *testing.T) {
 	dir := t.TempDir()
-	enc := newEncoder()
+	enc := newEncoder(0)
 	defer enc.close()
 	sc := table.PositionalDeleteArrowSchema
 	props := WriterProperties(nil, sc)

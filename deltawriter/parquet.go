@@ -13,7 +13,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 	"github.com/apache/arrow-go/v18/arrow/extensions"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/arrow-go/v18/parquet"
 	"github.com/apache/arrow-go/v18/parquet/compress"
 	"github.com/apache/arrow-go/v18/parquet/metadata"
@@ -27,7 +26,8 @@ import (
 // WriterProperties returns the Parquet writer properties iceberg-go uses
 // for a table with properties props (compression, page version, sizes,
 // dictionary with Java's cost-based fallback), so that our files are
-// encoded as iceberg-go's own writer would encode them.
+// encoded as iceberg-go's own writer would encode them, but for the write
+// batch (see writeBatch).
 func WriterProperties(props iceberg.Properties, sc *arrow.Schema) *parquet.WriterProperties {
 	dp := parquet.DataPageV2
 	if props.Get(table.ParquetPageVersionKey, "2") == "1" {
@@ -48,7 +48,7 @@ func WriterProperties(props iceberg.Properties, sc *arrow.Schema) *parquet.Write
 		parquet.WithMaxRowGroupLength(int64(props.GetInt(table.ParquetRowGroupLimitKey, 1048576))),
 		parquet.WithDataPageSize(int64(props.GetInt(table.ParquetPageSizeBytesKey, 1<<20))),
 		parquet.WithDataPageVersion(dp),
-		parquet.WithBatchSize(int64(props.GetInt(table.ParquetPageRowLimitKey, 20000))),
+		parquet.WithBatchSize(int64(min(props.GetInt(table.ParquetPageRowLimitKey, 20000), writeBatch))),
 		parquet.WithDictionaryPageSizeLimit(int64(props.GetInt(table.ParquetDictSizeBytesKey, 2<<20))),
 		parquet.WithCompression(codec),
 		parquet.WithCompressionLevel(props.GetInt(table.ParquetCompressionLevelKey, -1)),
@@ -58,6 +58,16 @@ func WriterProperties(props iceberg.Properties, sc *arrow.Schema) *parquet.Write
 	}
 	return parquet.NewWriterProperties(wp...)
 }
+
+// writeBatch is the most values a column writer takes at a time
+// (arrow-go's default). iceberg-go passes write.parquet.page-row-limit
+// (20,000) there, but arrow-go cuts pages by size only, after a batch, and
+// decides whether a column's dictionary pays after the first batch of each
+// row group: with 20,000 a column of distinct values (a key, a position)
+// hashed its first 20,000 values into a dictionary it then dropped, in
+// every row group, and a bounded writer's row groups are small (2 MiB at
+// a 32 MiB budget: almost every value). A smaller page-row-limit is kept.
+const writeBatch = 1024
 
 // CheckProperties refuses values of the write.* table properties the
 // writer honours that it could not apply (WriterProperties would fall
@@ -166,7 +176,13 @@ type encoder struct {
 	// PrepareCommit, Flush): a hand-off blocked on a full queue, and a
 	// barrier, give up when it is done. Abort waits regardless.
 	ctx context.Context
+	// mem is the allocator of the builders of the writer's files: a batch
+	// the encoder has written gives its buffers back for the next one.
+	mem *bufferPool
 }
+
+// unboundedPool is the buffer pool of an unbounded writer.
+const unboundedPool = 16 << 20
 
 // encoderQueue is the number of batches that may wait for the encoder.
 const encoderQueue = 2
@@ -179,8 +195,13 @@ type encodeJob struct {
 	done chan struct{}
 }
 
-func newEncoder() *encoder {
-	e := &encoder{jobs: make(chan encodeJob, encoderQueue), stopped: make(chan struct{}), ctx: context.Background()}
+// newEncoder starts the encoder of a writer whose buffer pool keeps up to
+// pool bytes (0: unboundedPool).
+func newEncoder(pool int64) *encoder {
+	if pool <= 0 {
+		pool = unboundedPool
+	}
+	e := &encoder{jobs: make(chan encodeJob, encoderQueue), stopped: make(chan struct{}), ctx: context.Background(), mem: newBufferPool(pool)}
 	go e.run()
 	return e
 }
@@ -242,7 +263,7 @@ func (e *encoder) close() {
 // encoder or it is closed: a writer with many partitions open pays that
 // only for those that fill a batch or are flushed.
 func createParquetFile(fs iceio.WriteFileIO, enc *encoder, path string, sc *arrow.Schema, props *parquet.WriterProperties, batchRows int, rgBytes int64) (*parquetFile, error) {
-	bld := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	bld := array.NewRecordBuilder(enc.mem, sc)
 	pf := &parquetFile{fs: fs, path: path, sc: sc, props: props, bld: bld, batchRows: batchRows, enc: enc, rgBytes: rgBytes}
 	for i, b := range bld.Fields() {
 		a, err := appenderFor(b, sc.Field(i).Type)

@@ -108,6 +108,7 @@ type Options struct {
 	Failpoint func(name string)
 
 	parquetBytes int64         // the open Parquet writers' share of MemoryLimit
+	poolBytes    int64         // the builders' buffer pool's (see bufferPool)
 	tableIndex   dedup.Options // the key index's (DeleteByPosition)
 }
 
@@ -144,8 +145,10 @@ func (o Options) withDefaults(props iceberg.Properties) Options {
 // shareBudget splits MemoryLimit into its shares: half for the
 // inserted-row index (of it a sixteenth of the whole for the spill read
 // cache, which New sizes), an eighth for buffered position deletes, a
-// quarter for the open Parquet writers (a sixteenth per row group), an
-// eighth of headroom for what the accounting does not see exactly. With
+// quarter for the open Parquet writers (a sixteenth per row group), a
+// sixteenth for the buffers the builders take back from the encoder
+// (bufferPool), a sixteenth of headroom for what the accounting does not
+// see exactly. With
 // DeleteByPosition the window's index keeps 3/8 and the table's key index
 // takes 1/8 (it takes each committed window as one sorted run, so its
 // memory tier stays small), the cache split likewise.
@@ -159,6 +162,7 @@ func (o *Options) shareBudget() {
 	o.DeleteBufferRows = int(max(l/8/8, 1024))
 	o.RowGroupBytes = max(l/16, 256<<10)
 	o.parquetBytes = l / 4
+	o.poolBytes = l / 16
 }
 
 // SoftMemoryLimit is the Go runtime's soft memory limit
@@ -429,7 +433,7 @@ func New(ctx context.Context, tbl *table.Table, opts Options) (*Writer, error) {
 		eqProps:   WriterProperties(props, eqArrow),
 		posProps:  WriterProperties(props, table.PositionalDeleteArrowSchema),
 		index:     index,
-		enc:       newEncoder(),
+		enc:       newEncoder(opts.poolBytes),
 	}
 	w.cur = &fileSchema{schema: schema, arrow: asc, props: w.dataProps}
 	w.resetWindow()
@@ -452,6 +456,7 @@ func (w *Writer) resetWindow() {
 	w.seq = 0
 	w.posDels = 0
 	w.eqHeld, w.eqNext, w.eqSorted = nil, 0, false // their memory is the window's
+	w.enc.mem.drain()                              // so are the builders' buffers
 }
 
 // Stats returns the writer's counters.
@@ -591,7 +596,7 @@ func (w *Writer) account() error {
 	}
 	pq := w.openBytes()
 	held := w.heldEqBytes()
-	total := pq + w.index.MemoryBytes() + dels + held
+	total := pq + w.index.MemoryBytes() + dels + held + w.enc.mem.idleBytes()
 	w.stats.AccountedBytes = total
 	if total > w.stats.PeakAccountedBytes {
 		w.stats.PeakAccountedBytes = total
@@ -662,6 +667,7 @@ func (w *Writer) SetMemoryLimit(ctx context.Context, n int64) error {
 	shrink := n < w.opts.MemoryLimit
 	w.opts.MemoryLimit = n
 	w.opts.shareBudget()
+	w.enc.mem.setMax(w.opts.poolBytes)
 	if err := w.index.SetMemoryLimit(w.opts.Index.MemoryLimit); err != nil {
 		return w.fail(err)
 	}
@@ -1023,7 +1029,7 @@ func (w *Writer) Flush(ctx context.Context) error {
 // memory budget covers, and the records of the window's finished files,
 // which only a commit frees.
 func (w *Writer) BufferedBytes() int64 {
-	n := w.index.MemoryBytes() + w.doneBytes
+	n := w.index.MemoryBytes() + w.doneBytes + w.enc.mem.idleBytes()
 	for _, ln := range w.lanes {
 		n += int64(cap(ln.posDel))*8 + ln.openBytes()
 	}
