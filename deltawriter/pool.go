@@ -17,13 +17,13 @@ import (
 // under the soft memory limit of a bounded writer that garbage was most
 // of what made the collector run.
 //
-// Buffers below minPooled bytes come from the Go heap as memory.GoAllocator
-// gives them. Pooled sizes are rounded up to a class (an eighth of a power
+// Buffers below minPooled bytes are memory.GoAllocator's. Pooled sizes are rounded up to a class (an eighth of a power
 // of two: at most 12.5% more). A freed buffer is zeroed as it enters the
 // pool, so that a buffer comes out as a fresh one would, and a reader that
 // kept a freed buffer sees zeros, not another batch's values.
 type bufferPool struct {
-	max int64 // most bytes kept
+	max  int64              // most bytes kept
+	heap memory.GoAllocator // buffers under minPooled
 
 	mu   sync.Mutex
 	free [][]byte // oldest first
@@ -51,7 +51,7 @@ func poolClass(n int) int {
 // else a new one.
 func (p *bufferPool) Allocate(size int) []byte {
 	if size < minPooled {
-		return goAllocate(size)
+		return p.heap.Allocate(size)
 	}
 	p.mu.Lock()
 	best := -1
@@ -70,7 +70,7 @@ func (p *bufferPool) Allocate(size int) []byte {
 	p.mu.Unlock()
 	b := make([]byte, poolClass(size))
 	if uintptr(unsafe.Pointer(unsafe.SliceData(b)))%64 != 0 {
-		return goAllocate(size) // not expected of a large allocation; never pooled
+		return p.heap.Allocate(size) // not expected of a large allocation; never pooled
 	}
 	return b[:size]
 }
@@ -138,12 +138,4 @@ func (p *bufferPool) idleBytes() int64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.idle
-}
-
-// goAllocate is memory.GoAllocator's Allocate: a Go slice, aligned to 64
-// bytes.
-func goAllocate(size int) []byte {
-	b := make([]byte, size+64)
-	shift := int(-uintptr(unsafe.Pointer(unsafe.SliceData(b)))) & 63
-	return b[shift : shift+size : shift+size]
 }
