@@ -17,8 +17,9 @@ import (
 // under the soft memory limit of a bounded writer that garbage was most
 // of what made the collector run.
 //
-// Buffers below minPooled bytes are memory.GoAllocator's. Pooled sizes are rounded up to a class (an eighth of a power
-// of two: at most 12.5% more). A freed buffer is zeroed as it enters the
+// Buffers below minPooled bytes are memory.GoAllocator's. Pooled sizes
+// are rounded up to a class (an eighth of a power of two: at most 12.5%
+// more). A freed buffer is zeroed as it enters the
 // pool, so that a buffer comes out as a fresh one would, and a reader that
 // kept a freed buffer sees zeros, not another batch's values.
 type bufferPool struct {
