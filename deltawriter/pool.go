@@ -19,9 +19,9 @@ import (
 //
 // Buffers below minPooled bytes are memory.GoAllocator's. Pooled sizes
 // are rounded up to a class (an eighth of a power of two: at most 12.5%
-// more). A freed buffer is zeroed as it enters the
-// pool, so that a buffer comes out as a fresh one would, and a reader that
-// kept a freed buffer sees zeros, not another batch's values.
+// more). A freed buffer is zeroed as it enters the pool, so that a buffer
+// comes out as a fresh one would, and a reader that kept a freed buffer
+// sees zeros, not another batch's values.
 type bufferPool struct {
 	max  int64              // most bytes kept
 	heap memory.GoAllocator // buffers under minPooled

@@ -148,10 +148,9 @@ func (o Options) withDefaults(props iceberg.Properties) Options {
 // quarter for the open Parquet writers (a sixteenth per row group), a
 // sixteenth for the buffers the builders take back from the encoder
 // (bufferPool), a sixteenth of headroom for what the accounting does not
-// see exactly. With
-// DeleteByPosition the window's index keeps 3/8 and the table's key index
-// takes 1/8 (it takes each committed window as one sorted run, so its
-// memory tier stays small), the cache split likewise.
+// see exactly. With DeleteByPosition the window's index keeps 3/8 and the
+// table's key index takes 1/8 (it takes each committed window as one
+// sorted run, so its memory tier stays small), the cache split likewise.
 func (o *Options) shareBudget() {
 	l := o.MemoryLimit
 	o.Index.MemoryLimit = l / 2
