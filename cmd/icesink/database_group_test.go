@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,27 +19,39 @@ import (
 // partitions each) read by two processes of one consumer group, each
 // table's writers joining its coordinator at one `icesink coordinator
 // --table-template`. The orders' source adds a column and widens one
-// mid-stream; one process is killed with SIGKILL and started again. Every
-// table ends equal to its model with every partition's end offset
-// committed.
+// mid-stream. At random points a random one of the three processes (a
+// writer or the coordinator) is killed with SIGKILL, and started again
+// after a random pause while events keep coming. Every table ends equal
+// to its model with every partition's end offset committed.
 func TestDatabaseGroup(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process Kafka test")
 	}
-	ctx, cancel := context.WithTimeout(t.Context(), 150*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 240*time.Second)
 	defer cancel()
 	f, c := newConnectorFeed(t, 47, 3)
+	seed := uint64(time.Now().UnixNano())
+	rng := rand.New(rand.NewPCG(seed, 47))
+	t.Logf("kill seed %d", seed)
 	whDir := t.TempDir()
 	caddr, coord := mpServe(t, ctx, "coordinator", "--warehouse", whDir, "--table-template", "inventory.{table}",
 		"--listen", "127.0.0.1:0", "--checkpoint-interval", "300ms", "--align-timeout", "30s")
+	// The coordinator comes back on the address the writers know.
+	startCoord := func() *mpProc {
+		_, p := mpServe(t, ctx, "coordinator", "--warehouse", whDir, "--table-template", "inventory.{table}",
+			"--listen", caddr, "--checkpoint-interval", "300ms", "--align-timeout", "30s")
+		return p
+	}
 	start := func() *mpProc {
 		return mpStart(t, ctx, "run", "--warehouse", whDir, "--table-template", "inventory.{table}", "--format", "debezium-json",
 			"--kafka-brokers", c.ListenAddrs()[0], "--topic-regex", `dbserver1\.inventory\..*`, "--group", "sink", "--coordinator", caddr,
 			"--kafka-session-timeout", "6s", "--memory-limit", "4MiB", "--spill-dir", t.TempDir())
 	}
 	procs := []*mpProc{start(), start()}
+	var logs strings.Builder // the output of every process killed
 	outputs := func() string {
 		var b strings.Builder
+		b.WriteString(logs.String())
 		fmt.Fprintf(&b, "--- coordinator\n%s\n", coord.output())
 		for i, p := range procs {
 			fmt.Fprintf(&b, "--- process %d\n%s\n", i, p.output())
@@ -67,7 +80,7 @@ func TestDatabaseGroup(t *testing.T) {
 				t.Fatalf("%s\n%s", behind, outputs())
 			case <-time.After(200 * time.Millisecond):
 			}
-			for _, p := range procs {
+			for _, p := range append([]*mpProc{coord}, procs...) {
 				select {
 				case <-p.done:
 					t.Fatalf("a process exited: %v\n%s", p.err, outputs())
@@ -76,25 +89,47 @@ func TestDatabaseGroup(t *testing.T) {
 			}
 		}
 	}
+	pause := func() { time.Sleep(100*time.Millisecond + time.Duration(rng.Int64N(int64(1200*time.Millisecond)))) }
 	f.produce(300)
 	waitCommitted(func(string, int32) int { return 1 })
-	f.evolve()
-	f.produce(300)
-	// One process dies with its windows open; the group gives its
-	// partitions to the other until it is back.
-	if err := procs[1].cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	const kills = 4
+	victims := map[string]int{}
+	for k := range kills {
+		if k == kills/2 {
+			f.evolve()
+		}
+		f.produce(100 + rng.IntN(150))
+		pause()
+		// The victim dies with its windows (or its epoch) open; the group
+		// gives a writer's partitions to the other until it is back, and
+		// the writers wait for their coordinator.
+		i := rng.IntN(len(procs) + 1)
+		p, name := coord, "coordinator"
+		if i < len(procs) {
+			p, name = procs[i], fmt.Sprintf("process %d", i)
+		}
+		victims[name]++
+		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		<-p.done
+		fmt.Fprintf(&logs, "--- %s, killed (kill %d)\n%s\n", name, k+1, p.output())
+		f.produce(rng.IntN(150))
+		pause()
+		if i < len(procs) {
+			procs[i] = start()
+		} else {
+			coord = startCoord()
+		}
 	}
-	<-procs[1].done
 	f.produce(200)
-	procs[1] = start()
-	f.produce(200)
+	t.Logf("killed: %v", victims)
 	waitCommitted(func(topic string, p int32) int { return f.ends[topic][p] })
 	for _, tp := range f.topics {
-		f.check(whDir, tp, "after the kill")
+		f.check(whDir, tp, fmt.Sprintf("after %d kills (%v)", kills, victims))
 	}
-	if !strings.Contains(coord.output(), "coordinating a table") {
-		t.Errorf("the coordinator logged no table it started:\n%s", coord.output())
+	if !strings.Contains(outputs(), "coordinating a table") {
+		t.Errorf("the coordinator logged no table it started:\n%s", outputs())
 	}
 }
 
