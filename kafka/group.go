@@ -139,7 +139,7 @@ func (m *Membership) Close() { m.cl.Close() }
 
 // PartitionCount returns the number of partitions of topic.
 func PartitionCount(ctx context.Context, brokers []string, topic string, opts ...kgo.Opt) (int, error) {
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ClientID("icesink")}, opts...)...)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ClientID("icesink"), kgo.DisableClientMetrics()}, opts...)...)
 	if err != nil {
 		return 0, fmt.Errorf("kafka: connecting to %s: %w", strings.Join(brokers, ","), err)
 	}

@@ -97,8 +97,11 @@ type Config struct {
 	// (SetSchema), so that Check follows it.
 	CheckSchema func(*iceberg.Schema) error
 	// FetchBytes bounds what one fetch brings ahead of the sink, per
-	// broker (franz-go's default, 50 MiB, sits outside every budget).
-	// Default 16 MiB.
+	// partition and per broker, compressed (franz-go's default, 50 MiB
+	// per broker, sits outside every budget, and a record batch of JSON
+	// may take ten times its size once decompressed). Default 1 MiB,
+	// Kafka's own max.partition.fetch.bytes; the broker sends a larger
+	// record batch whole all the same.
 	FetchBytes int32
 	// Security is how to reach a secured cluster (TLS, SASL).
 	Security Security
@@ -178,7 +181,7 @@ func isBadRecord(err error) bool {
 }
 
 // defaultFetchBytes is Config.FetchBytes's default.
-const defaultFetchBytes = 16 << 20
+const defaultFetchBytes = 1 << 20
 
 // Open connects to the brokers; reading starts at Seek.
 func Open(ctx context.Context, cfg Config, dec Decoder) (*Source, error) {

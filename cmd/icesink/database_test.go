@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/icesink/icesink/warehouse"
 )
@@ -438,5 +440,55 @@ func TestKafkaTableFromEvents(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, tp.model) {
 		t.Fatalf("table %v, model %v", got, tp.model)
+	}
+}
+
+// TestDatabaseFetchShare: in database mode each table's Kafka client reads
+// ahead a 32nd of --memory-limit split over the tables (the fetches of
+// many tables sit outside the writers' shares); --kafka-fetch-bytes sets
+// it; without a budget it is 1 MiB. Seen in the Fetch requests the broker
+// gets.
+func TestDatabaseFetchShare(t *testing.T) {
+	f, c := newConnectorFeed(t, 53, 2)
+	f.produce(50)
+	var mu sync.Mutex
+	var largest int32 // the largest per-partition fetch bytes asked
+	c.ControlKey(kmsg.Fetch.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		req := r.(*kmsg.FetchRequest)
+		mu.Lock()
+		defer mu.Unlock()
+		for _, tp := range req.Topics {
+			for _, p := range tp.Partitions {
+				largest = max(largest, min(p.PartitionMaxBytes, req.MaxBytes))
+			}
+		}
+		return nil, nil, false // observed only
+	})
+	for _, tc := range []struct {
+		args []string
+		want int32
+	}{
+		{[]string{"--memory-limit", "24MiB"}, 24 << 20 / 32 / 3},
+		{[]string{"--memory-limit", "24MiB", "--kafka-fetch-bytes", "100KiB"}, 100 << 10},
+		{nil, 1 << 20},
+	} {
+		mu.Lock()
+		largest = 0
+		mu.Unlock()
+		args := append([]string{"run", "--warehouse", t.TempDir(), "--table-template", "inventory.{table}", "--format", "debezium-json",
+			"--kafka-brokers", c.ListenAddrs()[0], "--topic-regex", `dbserver1\.inventory\..*`, "--stop-at-end", "--quiet"}, tc.args...)
+		if _, stderr, code := icesink(t, args...); code != 0 {
+			t.Fatalf("%v: exit %d\n%s", tc.args, code, stderr)
+		}
+		mu.Lock()
+		got := largest
+		mu.Unlock()
+		if got != tc.want {
+			t.Errorf("%v: fetches of up to %d bytes per partition, want %d", tc.args, got, tc.want)
+		}
+	}
+	if _, stderr, code := icesink(t, "run", "--warehouse", t.TempDir(), "--table", "a.b", "--kafka-brokers", c.ListenAddrs()[0],
+		"--topic", f.topics[0].name, "--kafka-fetch-bytes", "3GiB"); code != 2 || !strings.Contains(stderr, "--kafka-fetch-bytes: at most 2GiB") {
+		t.Errorf("--kafka-fetch-bytes 3GiB: exit %d, %s", code, stderr)
 	}
 }

@@ -34,6 +34,8 @@ type kafkaFlags struct {
 	deadLetter                   string
 	interval, session, coordWait time.Duration
 	stopAtEnd                    bool
+	fetchSize                    string // --kafka-fetch-bytes
+	fetchBytes                   int32  // set by check; 0: the default (database mode: a share of the budget)
 	coordinator                  string // set by check
 	rebalance                    time.Duration
 	sec                          kafka.Security
@@ -61,6 +63,7 @@ func (f *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.session, "kafka-session-timeout", 45*time.Second, "with --group and --coordinator: how long the group waits for a silent process (killed) before its partitions go to the others")
 	fs.DurationVar(&f.coordWait, "coordinator-wait", 2*time.Minute, "with --group and --coordinator: how long to wait out an unreachable or failing coordinator (a restart) before giving up")
 	fs.DurationVar(&f.rebalance, "kafka-rebalance-timeout", 0, "with --group and --coordinator: how long the group waits for its members to rejoin a rebalance (a member killed while the group forms); default: --kafka-session-timeout")
+	fs.StringVar(&f.fetchSize, "kafka-fetch-bytes", "", "with --kafka-brokers: what one fetch reads ahead of the writers, per partition and per broker (compressed; a larger record batch comes whole), as a `SIZE`; default 1MiB, with --table-template and --memory-limit a 32nd of the budget split over the tables (64KiB to 1MiB each)")
 	fs.BoolVar(&f.sec.TLS, "kafka-tls", false, "with --kafka-brokers: connect with TLS (the system's CAs unless --kafka-tls-ca)")
 	fs.StringVar(&f.sec.CAFile, "kafka-tls-ca", "", "with --kafka-brokers: a PEM `FILE` of the CAs that sign the brokers' certificates (implies --kafka-tls)")
 	fs.StringVar(&f.sec.CertFile, "kafka-tls-cert", "", "with --kafka-brokers: the client certificate `FILE` (PEM) for brokers that require one, with --kafka-tls-key")
@@ -107,6 +110,14 @@ func (f *kafkaFlags) check(input, coordinator string, format changelog.Format) e
 	case f.interval < 0:
 		return fmt.Errorf("%w: --checkpoint-interval must not be negative", errUsage)
 	}
+	n, err := parseSize(f.fetchSize)
+	if err == nil && n > math.MaxInt32 {
+		err = errors.New("at most 2GiB")
+	}
+	if err != nil {
+		return fmt.Errorf("%w: --kafka-fetch-bytes: %v", errUsage, err)
+	}
+	f.fetchBytes = int32(n)
 	if f.sec.SASLMechanism != "" {
 		pw, err := secret(f.passwordFile, saslPasswordEnv)
 		if err != nil {
@@ -224,6 +235,7 @@ func (f *kafkaFlags) open(ctx context.Context, dec kafka.Decoder, stop <-chan st
 		StopAtEnd:          f.stopAtEnd,
 		DeadLetterTopic:    f.deadLetter,
 		Stop:               stop,
+		FetchBytes:         f.fetchBytes,
 	}
 	if f.start == "latest" {
 		cfg.Start = kafka.Latest

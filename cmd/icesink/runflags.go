@@ -219,6 +219,7 @@ type reportFlags struct {
 	quiet, stats bool
 	metricsAddr  string
 	logFormat    string
+	cpuProfile   string
 }
 
 func (f *reportFlags) register(fs *flag.FlagSet) {
@@ -226,10 +227,11 @@ func (f *reportFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.metricsAddr, "metrics-listen", "", "serve Prometheus metrics (icesink_*, Go runtime, process) at http://`HOST:PORT`/metrics while the run lasts")
 	fs.StringVar(&f.logFormat, "log-format", "text", "`FORMAT` of log lines (the commit log without a terminal, the coordinator's warnings): text or json")
 	fs.BoolVar(&f.stats, "stats", false, "print the writer's statistics at the end")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to `FILE` (read it with go tool pprof)")
 }
 
-// apply sets cfg's logger, progress report and metrics registry; stop
-// ends the metrics server.
+// apply sets cfg's logger, progress report and metrics registry and
+// starts the CPU profile; stop ends the metrics server and the profile.
 func (f *reportFlags) apply(cfg *sink.Config, stderr io.Writer) (stop func(), err error) {
 	if cfg.Logger, err = newLogger(stderr, f.logFormat); err != nil {
 		return nil, err
@@ -241,13 +243,18 @@ func (f *reportFlags) apply(cfg *sink.Config, stderr io.Writer) (stop func(), er
 	default:
 		cfg.Progress = commitLog(cfg.Logger)
 	}
-	stop = func() {}
+	stopMetrics := func() {}
 	if f.metricsAddr != "" {
-		if cfg.Registerer, stop, err = serveMetrics(f.metricsAddr, stderr); err != nil {
+		if cfg.Registerer, stopMetrics, err = serveMetrics(f.metricsAddr, stderr); err != nil {
 			return nil, err
 		}
 	}
-	return stop, nil
+	stopProfile, err := startCPUProfile(f.cpuProfile)
+	if err != nil {
+		stopMetrics()
+		return nil, err
+	}
+	return func() { stopProfile(); stopMetrics() }, nil
 }
 
 // softMemoryLimit gives the runtime a soft limit from the budget (unless
