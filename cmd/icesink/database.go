@@ -348,6 +348,12 @@ func (d *database) round(ctx context.Context, topics, listed []string, regex str
 	for i, t := range topics {
 		wg.Go(func() {
 			runs[i] = d.runTable(ctx, t, budget, fetch, stop)
+			if r := runs[i]; r.err != nil {
+				// Said now, not only at the end of the run: the other
+				// tables may go on for days (a consumer group's run ends
+				// only at a signal).
+				d.base.Logger.Error("a table stopped; the other tables go on", "table", strings.Join(r.ident, "."), "topic", t, "err", r.err)
+			}
 		})
 	}
 	wg.Wait()

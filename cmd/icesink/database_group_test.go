@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/warehouse"
 )
@@ -130,6 +132,44 @@ func TestDatabaseGroup(t *testing.T) {
 	}
 	if !strings.Contains(outputs(), "coordinating a table") {
 		t.Errorf("the coordinator logged no table it started:\n%s", outputs())
+	}
+
+	// customers' email becomes a double: that table stops in both
+	// processes (the group hands its partitions to the other, which
+	// stops on the same record), naming table, topic and column; the
+	// other tables take their new events.
+	customers := f.topics[0]
+	customers.fields = []string{connectField("id", "int64", false), connectField("email", "double", true)}
+	bad := &kgo.Record{Topic: customers.name, Key: dbKey(1), Value: connectEnvelope(customers.fields, "null", `{"id":1,"email":1.5}`), Partition: 1}
+	recs := []*kgo.Record{bad}
+	for range 100 {
+		for _, tp := range f.topics[1:] {
+			recs = append(recs, f.event(tp, int64(rng.IntN(150))))
+		}
+	}
+	if err := f.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	waitCommitted(func(topic string, p int32) int {
+		if topic == customers.name {
+			return 0
+		}
+		return f.ends[topic][p]
+	})
+	for {
+		out := outputs()
+		if strings.Contains(out, `msg="a table stopped; the other tables go on" table=inventory.customers topic=dbserver1.inventory.customers`) &&
+			strings.Contains(out, `column \"email\" is string, the events now carry double`) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no process stopped the customers table on the type change:\n%s", out)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	for _, tp := range f.topics {
+		f.check(whDir, tp, "after a type change in customers")
 	}
 }
 
