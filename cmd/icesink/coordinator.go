@@ -44,7 +44,7 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	tof.register(fs)
 	var secf securityFlags
 	secf.register(fs, true)
-	template := fs.String("table-template", "", "serve the coordinators of every table `NS.NAME` this template spells (as icesink run --table-template: {topic}, {server}, {db}, {schema}, {table} each match one name part) instead of one --table: a table's coordinator starts when its first writer joins, with that writer's vnode count (its topic's partitions), its state in --state-dir/NS.NAME")
+	template := fs.String("table-template", "", "serve the coordinators of every table `NS.NAME` this template spells (as icesink run --table-template: {topic}, {server}, {db}, {schema}, {table}, {source.*} each match one name part) instead of one --table: a table's coordinator starts when its first writer joins, with that writer's vnode count (its topic's partitions), its state in --state-dir/NS.NAME")
 	verbose := fs.Bool("v", false, "log the coordinator's decisions (writers joining and leaving, epochs committed, aborts) to stderr")
 	config := registerConfig(fs)
 	if err := parseFlagsAndConfig(fs, args, config); err != nil {

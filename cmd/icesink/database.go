@@ -34,7 +34,7 @@ type databaseFlags struct {
 }
 
 func (f *databaseFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.template, "table-template", "", "route each topic into its own table `NS.NAME`, spelled with {topic}, {server}, {db}, {schema} and {table} taken from a Debezium topic name SERVER.SCHEMA.TABLE (e.g. inventory.{table}); the topics from --topic T1,T2,... and --topic-regex; a table that does not exist is created from the events' schema")
+	fs.StringVar(&f.template, "table-template", "", "route each topic into its own table `NS.NAME`, spelled with {topic}, {server}, {db}, {schema} and {table} taken from a Debezium topic name SERVER.SCHEMA.TABLE (e.g. inventory.{table}), or {source.name}, {source.db}, {source.schema} and {source.table} from the source block of the topic's first event (topics renamed by a router); the topics from --topic T1,T2,... and --topic-regex; a table that does not exist is created from the events' schema")
 	f.overrides = tableOverrides{}
 	fs.Var(f.overrides, "tables", "with --table-template: a YAML `FILE` of per-table overrides for the tables it creates, by NS.NAME: key (the key columns of a source table without a primary key), partition-spec (a FILE), properties (a mapping); in the --config file: a tables: mapping")
 	fs.StringVar(&f.regex, "topic-regex", "", "with --table-template: also every topic whose whole name matches `REGEX`")
@@ -73,7 +73,7 @@ func (f *databaseFlags) check(tf *tableFlags, kf *kafkaFlags, sf *specFlags, coo
 			return fmt.Errorf("%w: --topic-regex: %v", errUsage, err)
 		}
 	}
-	if _, err := tableFor(f.template, "server.schema.table"); err != nil {
+	if _, err := tableFor(f.template, "server.schema.table", exampleSource()); err != nil {
 		return fmt.Errorf("%w: --table-template: %v", errUsage, err)
 	}
 	kf.anyTopics = true
@@ -91,22 +91,47 @@ func (f *databaseFlags) topics(list string) []string {
 	return out
 }
 
+// sourcePlaceholders are the template's placeholders taken from the
+// source block of a topic's first event.
+var sourcePlaceholders = []string{"{source.name}", "{source.db}", "{source.schema}", "{source.table}"}
+
+// exampleSource stands for an event's source block where the template is
+// only checked.
+func exampleSource() *changelog.DebeziumSource {
+	return &changelog.DebeziumSource{Server: "server", DB: "db", Schema: "schema", Table: "table"}
+}
+
+// fromSource reports whether template names tables from the events'
+// source blocks (the topic's name alone does not say its table).
+func fromSource(template string) bool { return strings.Contains(template, "{source.") }
+
 // tableFor spells template for topic: {topic} is the whole name (dots as
 // underscores), {server}, {db} (= {schema}) and {table} its first,
-// second-to-last and last dot-separated parts.
-func tableFor(template, topic string) (table.Identifier, error) {
+// second-to-last and last dot-separated parts; {source.name},
+// {source.db}, {source.schema} and {source.table} are src's (the source
+// block of the topic's first event; nil: the template has none of them).
+func tableFor(template, topic string, src *changelog.DebeziumSource) (table.Identifier, error) {
 	parts := strings.Split(topic, ".")
 	schema := parts[0]
 	if len(parts) >= 2 {
 		schema = parts[len(parts)-2]
 	}
-	name := strings.NewReplacer(
+	pairs := []string{
 		"{topic}", strings.ReplaceAll(topic, ".", "_"),
 		"{server}", parts[0],
 		"{db}", schema,
 		"{schema}", schema,
 		"{table}", parts[len(parts)-1],
-	).Replace(template)
+	}
+	if src != nil {
+		for i, v := range []string{src.Server, src.DB, src.Schema, src.Table} {
+			if p := sourcePlaceholders[i]; v == "" && strings.Contains(template, p) {
+				return nil, fmt.Errorf("topic %s: its events' source block has no %s for %s", topic, strings.Trim(p[len("{source."):], "}"), p)
+			}
+			pairs = append(pairs, sourcePlaceholders[i], v)
+		}
+	}
+	name := strings.NewReplacer(pairs...).Replace(template)
 	ident, err := warehouse.ParseIdent(name)
 	if err != nil {
 		return nil, fmt.Errorf("topic %s gives table %q: %w", topic, name, err)
@@ -117,11 +142,11 @@ func tableFor(template, topic string) (table.Identifier, error) {
 // templatePattern matches the table names template spells: each
 // placeholder stands for one name part (no dot).
 func templatePattern(template string) (*regexp.Regexp, error) {
-	if _, err := tableFor(template, "server.schema.table"); err != nil {
+	if _, err := tableFor(template, "server.schema.table", exampleSource()); err != nil {
 		return nil, err
 	}
 	quoted := regexp.QuoteMeta(template)
-	for _, p := range []string{"{topic}", "{server}", "{db}", "{schema}", "{table}"} {
+	for _, p := range append([]string{"{topic}", "{server}", "{db}", "{schema}", "{table}"}, sourcePlaceholders...) {
 		quoted = strings.ReplaceAll(quoted, regexp.QuoteMeta(p), `[^.]+`)
 	}
 	return regexp.Compile("^" + quoted + "$")
@@ -186,6 +211,9 @@ type database struct {
 	// writer joining its coordinator at the server --coordinator names.
 	grouped                bool
 	vnodesGiven, rowsGiven bool
+
+	mu     sync.Mutex
+	claims map[string]string // table -> the topic that goes to it (fromSource)
 }
 
 // tableRun is what one table's sink did.
@@ -286,7 +314,10 @@ func (d *database) run(ctx context.Context, listed []string, regex string, refre
 func (d *database) round(ctx context.Context, topics, listed []string, regex string, refresh time.Duration) (runs []tableRun, grown []string, err error) {
 	seen := map[string]string{}
 	for _, t := range topics {
-		ident, err := tableFor(d.template, t)
+		if fromSource(d.template) {
+			break // each table's run names it from its first event
+		}
+		ident, err := tableFor(d.template, t, nil)
 		if err != nil {
 			return nil, nil, fmt.Errorf("%w: --table-template: %v", errUsage, err)
 		}
@@ -366,6 +397,20 @@ func (d *database) round(ctx context.Context, topics, listed []string, regex str
 	return runs, grown, nil
 }
 
+// claim gives table to topic, unless another topic goes to it.
+func (d *database) claim(table, topic string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.claims == nil {
+		d.claims = map[string]string{}
+	}
+	if other, ok := d.claims[table]; ok && other != topic {
+		return fmt.Errorf("--table-template: topics %s and %s both go to table %s", other, topic, table)
+	}
+	d.claims[table] = topic
+	return nil
+}
+
 // tableFetchBytes is what each of tables' Kafka clients reads ahead in
 // one fetch under a process budget of total bytes: a 32nd of the budget
 // split over the tables, from 64 KiB to 1 MiB each. Fetched bytes sit
@@ -382,13 +427,31 @@ func tableFetchBytes(total int64, tables int) int32 {
 // client reads ahead (0: kafka.Config's default).
 func (d *database) runTable(ctx context.Context, topic string, budget *sink.Budget, fetch int32, stop <-chan struct{}) (r tableRun) {
 	r.topic = topic
-	r.ident, r.err = tableFor(d.template, topic)
+	kf := d.kf
+	kf.topic, kf.fetchBytes = topic, fetch
+	if !fromSource(d.template) {
+		r.ident, r.err = tableFor(d.template, topic, nil)
+	} else {
+		// The round may end before the topic's first record.
+		fctx, cancel := untilStop(ctx, stop)
+		src, err := kf.firstSource(fctx, d.format)
+		cancel()
+		if errors.Is(err, kafka.ErrEmptyTopic) || err != nil && fctx.Err() != nil {
+			r.skipped = "no records yet; its table is named from the first one's source block"
+			return r
+		}
+		if err != nil {
+			r.err = err
+			return r
+		}
+		if r.ident, r.err = tableFor(d.template, topic, &src); r.err == nil {
+			r.err = d.claim(strings.Join(r.ident, "."), topic)
+		}
+	}
 	if r.err != nil {
 		return r
 	}
 	name := strings.Join(r.ident, ".")
-	kf := d.kf
-	kf.topic, kf.fetchBytes = topic, fetch
 	spec := d.spec
 	if _, err := d.wh.Catalog.LoadTable(ctx, r.ident); errors.Is(err, catalog.ErrNoSuchTable) {
 		key, err := d.overrides.apply(name, &spec)

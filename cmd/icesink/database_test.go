@@ -492,3 +492,75 @@ func TestDatabaseFetchShare(t *testing.T) {
 		t.Errorf("--kafka-fetch-bytes 3GiB: exit %d, %s", code, stderr)
 	}
 }
+
+// TestDatabaseSourceNames: topics renamed by a router (no
+// SERVER.SCHEMA.TABLE in their names) go to the tables their events'
+// source blocks name, through {source.db} and {source.table}; two topics
+// whose events name one table are refused, and a template placeholder the
+// source block lacks (MySQL sends no schema) is an error naming it.
+func TestDatabaseSourceNames(t *testing.T) {
+	topics := []string{"cdc-customers", "cdc-orders", "cdc-orders-copy"}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topics...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	fields := []string{connectField("id", "int64", false), connectField("n", "int64", true)}
+	event := func(topic, table string, id, n int) *kgo.Record {
+		v := connectEnvelope(fields, "null", fmt.Sprintf(`{"id":%d,"n":%d}`, id, n))
+		v = bytes.Replace(v, []byte(`"payload":{`), fmt.Appendf(nil, `"payload":{"source":{"name":"mysql1","db":"shop","schema":null,"table":%q},`, table), 1)
+		return &kgo.Record{Topic: topic, Key: dbKey(int64(id)), Value: v}
+	}
+	recs := []*kgo.Record{event("cdc-customers", "customers", 1, 10), event("cdc-customers", "customers", 2, 20), event("cdc-orders", "orders", 1, 5)}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	whDir := t.TempDir()
+	run := func(template, regex string) (string, int) {
+		_, stderr, code := icesink(t, "run", "--warehouse", whDir, "--table-template", template, "--format", "debezium-json",
+			"--kafka-brokers", c.ListenAddrs()[0], "--topic-regex", regex, "--stop-at-end", "--quiet")
+		return stderr, code
+	}
+	if stderr, code := run("{source.db}.{source.table}", `cdc-(customers|orders)`); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	for name, want := range map[string]map[int64]int64{"customers": {1: 10, 2: 20}, "orders": {1: 5}} {
+		ctx := context.Background()
+		wh, err := warehouse.Open(ctx, whDir, warehouse.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tbl, err := wh.Catalog.LoadTable(ctx, table.Identifier{"shop", name})
+		if err != nil {
+			t.Fatalf("table shop.%s: %v", name, err)
+		}
+		got := map[int64]int64{}
+		for row, err := range warehouse.Rows(ctx, tbl) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[row[0].(int64)] = row[1].(int64)
+		}
+		wh.Close()
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("shop.%s: %v, want %v", name, got, want)
+		}
+	}
+
+	// A second topic whose events name orders too.
+	if err := cl.ProduceSync(context.Background(), event("cdc-orders-copy", "orders", 9, 9)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if stderr, code := run("{source.db}.{source.table}", `cdc-.*`); code != 1 || !strings.Contains(stderr, "both go to table shop.orders") {
+		t.Errorf("two topics into one table: exit %d\n%s", code, stderr)
+	}
+	if stderr, code := run("{source.schema}.{source.table}", `cdc-customers`); code != 1 ||
+		!strings.Contains(stderr, "topic cdc-customers: its events' source block has no schema for {source.schema}") {
+		t.Errorf("a placeholder the source block lacks: exit %d\n%s", code, stderr)
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	be "encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -206,6 +207,33 @@ func (f *kafkaFlags) eventSchema(ctx context.Context, format changelog.Format, k
 		return nil, err
 	}
 	return changelog.SchemaFromConnect(rec.Value, rec.Key, keyColumns...)
+}
+
+// firstSource returns the source block of the topic's first event: the
+// table it comes from, whatever the topic is named.
+func (f *kafkaFlags) firstSource(ctx context.Context, format changelog.Format) (changelog.DebeziumSource, error) {
+	cfg := kafka.Config{Brokers: strings.Split(f.brokers, ","), Security: f.sec}
+	rec, err := kafka.FirstRecord(ctx, cfg, f.topic, f.stopAtEnd)
+	if err != nil {
+		return changelog.DebeziumSource{}, err
+	}
+	var src changelog.DebeziumSource
+	if format == changelog.DebeziumAvro {
+		if len(rec.Value) < 5 || rec.Value[0] != 0 {
+			err = errors.New("not a schema registry's record (no magic byte 0 and schema id)")
+		} else {
+			var schema string
+			if schema, err = f.registry.Schema(ctx, int(be.BigEndian.Uint32(rec.Value[1:5]))); err == nil {
+				src, err = changelog.SourceOfAvro(schema, rec.Value[5:])
+			}
+		}
+	} else {
+		src, err = changelog.SourceOfJSON(rec.Value)
+	}
+	if err != nil {
+		return src, fmt.Errorf("topic %s partition %d offset %d: naming its table (--table-template): %w", f.topic, rec.Partition, rec.Offset, err)
+	}
+	return src, nil
 }
 
 // decoder returns a decoder of format for the records of the topic.
