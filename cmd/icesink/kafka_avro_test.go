@@ -215,3 +215,65 @@ func TestKafkaAvroMatchesJSON(t *testing.T) {
 		t.Fatal("no note of the second schema reached the table")
 	}
 }
+
+// TestDatabaseSourceNamesAvro: a router-renamed topic of Debezium Avro
+// goes to the table its events' source block names (read through the
+// registry's schema of the first event).
+func TestDatabaseSourceNamesAvro(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "cdc-items"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	reg := srfake.New()
+	defer reg.Close()
+	schema := iceberg.NewSchemaWithIdentifiers(0, []int{1},
+		iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.Int64Type{}, Required: true},
+		iceberg.NestedField{ID: 2, Name: "name", Type: iceberg.StringType{}})
+	src := changelog.DebeziumSource{Server: "pg1", DB: "shop", Schema: "public", Table: "items"}
+	v, k, err := changelog.DebeziumAvroSchema(schema, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	valueID, _, err := reg.RegisterSchema("cdc-items-value", sr.Schema{Schema: v, Type: sr.TypeAvro})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyID, _, err := reg.RegisterSchema("cdc-items-key", sr.Schema{Schema: k, Type: sr.TypeAvro})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, err := changelog.NewAvroEncoder(schema, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	for i := range int64(3) {
+		row := []any{i, fmt.Sprint("item ", i)}
+		value, err := enc.AppendDebeziumAvro(nil, valueID, nil, row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, err := enc.AppendKeyAvro(nil, keyID, row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.ProduceSync(context.Background(), &kgo.Record{Topic: "cdc-items", Key: key, Value: value}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wh := t.TempDir()
+	if _, stderr, code := icesink(t, "run", "--warehouse", wh, "--table-template", "{source.db}.{source.schema}_{source.table}",
+		"--format", "debezium-avro", "--schema-registry", reg.URL(), "--kafka-brokers", c.ListenAddrs()[0],
+		"--topic-regex", "cdc-.*", "--stop-at-end", "--quiet"); code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	out, stderr, code := icesink(t, "scan", "--warehouse", wh, "--table", "shop.public_items")
+	if code != 0 || strings.Count(out, "\n") != 3 || !strings.Contains(out, `"item 2"`) {
+		t.Fatalf("scan of shop.public_items: exit %d\n%s%s", code, out, stderr)
+	}
+}
