@@ -327,7 +327,9 @@ func (d *database) round(ctx context.Context, topics, listed []string, regex str
 		}
 		seen[name] = t
 	}
-	if names := d.overrides.unknownTables(seen); names != "" {
+	// Tables named from their events are known only as each run reads
+	// its first one: the round's end checks the overrides then.
+	if names := d.overrides.unknownTables(seen); names != "" && !fromSource(d.template) {
 		return nil, nil, fmt.Errorf("%w: --tables: no topic goes to %s", errUsage, names)
 	}
 	var budget *sink.Budget
@@ -388,6 +390,17 @@ func (d *database) round(ctx context.Context, topics, listed []string, regex str
 		})
 	}
 	wg.Wait()
+	if fromSource(d.template) {
+		named := map[string]string{}
+		for _, r := range runs {
+			if r.ident != nil {
+				named[strings.Join(r.ident, ".")] = r.topic
+			}
+		}
+		if names := d.overrides.unknownTables(named); names != "" {
+			d.base.Logger.Warn("--tables names tables no topic's events went to", "tables", names)
+		}
+	}
 	select {
 	case <-stop:
 	default:

@@ -521,13 +521,24 @@ func TestDatabaseSourceNames(t *testing.T) {
 		t.Fatal(err)
 	}
 	whDir := t.TempDir()
-	run := func(template, regex string) (string, int) {
-		_, stderr, code := icesink(t, "run", "--warehouse", whDir, "--table-template", template, "--format", "debezium-json",
-			"--kafka-brokers", c.ListenAddrs()[0], "--topic-regex", regex, "--stop-at-end", "--quiet")
+	run := func(template, regex string, more ...string) (string, int) {
+		_, stderr, code := icesink(t, append([]string{"run", "--warehouse", whDir, "--table-template", template, "--format", "debezium-json",
+			"--kafka-brokers", c.ListenAddrs()[0], "--topic-regex", regex, "--stop-at-end", "--quiet"}, more...)...)
 		return stderr, code
 	}
-	if stderr, code := run("{source.db}.{source.table}", `cdc-(customers|orders)`); code != 0 {
+	// The overrides reach the tables named from the source blocks; one
+	// of a table no topic's events went to is warned of (the names are
+	// known only once the events are read).
+	config := filepath.Join(t.TempDir(), "tables.yaml")
+	if err := os.WriteFile(config, []byte("tables:\n  shop.customers:\n    properties:\n      write.parquet.compression-codec: snappy\n  shop.nope:\n    key: [id]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stderr, code := run("{source.db}.{source.table}", `cdc-(customers|orders)`, "--config", config)
+	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	if !strings.Contains(stderr, "--tables names tables no topic's events went to") || !strings.Contains(stderr, "shop.nope") {
+		t.Errorf("no warning of the override of shop.nope:\n%s", stderr)
 	}
 	for name, want := range map[string]map[int64]int64{"customers": {1: 10, 2: 20}, "orders": {1: 5}} {
 		ctx := context.Background()
@@ -538,6 +549,9 @@ func TestDatabaseSourceNames(t *testing.T) {
 		tbl, err := wh.Catalog.LoadTable(ctx, table.Identifier{"shop", name})
 		if err != nil {
 			t.Fatalf("table shop.%s: %v", name, err)
+		}
+		if codec := tbl.Properties()["write.parquet.compression-codec"]; (codec == "snappy") != (name == "customers") {
+			t.Errorf("shop.%s: codec property %q; only customers has the override", name, codec)
 		}
 		got := map[int64]int64{}
 		for row, err := range warehouse.Rows(ctx, tbl) {
