@@ -312,25 +312,25 @@ func (d *database) run(ctx context.Context, listed []string, regex string, refre
 // round runs every topic's table until the input ends, or until a new
 // matching topic appears (grown is then the new topic list).
 func (d *database) round(ctx context.Context, topics, listed []string, regex string, refresh time.Duration) (runs []tableRun, grown []string, err error) {
-	seen := map[string]string{}
-	for _, t := range topics {
-		if fromSource(d.template) {
-			break // each table's run names it from its first event
-		}
-		ident, err := tableFor(d.template, t, nil)
-		if err != nil {
-			return nil, nil, fmt.Errorf("%w: --table-template: %v", errUsage, err)
-		}
-		name := strings.Join(ident, ".")
-		if other, dup := seen[name]; dup {
-			return nil, nil, fmt.Errorf("%w: --table-template: topics %s and %s both go to table %s", errUsage, other, t, name)
-		}
-		seen[name] = t
-	}
 	// Tables named from their events are known only as each run reads
-	// its first one: the round's end checks the overrides then.
-	if names := d.overrides.unknownTables(seen); names != "" && !fromSource(d.template) {
-		return nil, nil, fmt.Errorf("%w: --tables: no topic goes to %s", errUsage, names)
+	// its first one: each run claims its name, and the round's end checks
+	// the overrides.
+	if !fromSource(d.template) {
+		seen := map[string]string{}
+		for _, t := range topics {
+			ident, err := tableFor(d.template, t, nil)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%w: --table-template: %v", errUsage, err)
+			}
+			name := strings.Join(ident, ".")
+			if other, dup := seen[name]; dup {
+				return nil, nil, fmt.Errorf("%w: --table-template: topics %s and %s both go to table %s", errUsage, other, t, name)
+			}
+			seen[name] = t
+		}
+		if names := d.overrides.unknownTables(seen); names != "" {
+			return nil, nil, fmt.Errorf("%w: --tables: no topic goes to %s", errUsage, names)
+		}
 	}
 	var budget *sink.Budget
 	if total := d.base.Writer.MemoryLimit; total > 0 {

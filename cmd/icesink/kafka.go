@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	be "encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"github.com/apache/iceberg-go"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -219,12 +219,13 @@ func (f *kafkaFlags) firstSource(ctx context.Context, format changelog.Format) (
 	}
 	var src changelog.DebeziumSource
 	if format == changelog.DebeziumAvro {
-		if len(rec.Value) < 5 || rec.Value[0] != 0 {
-			err = errors.New("not a schema registry's record (no magic byte 0 and schema id)")
+		id, body, herr := (&sr.ConfluentHeader{}).DecodeID(rec.Value)
+		if herr != nil {
+			err = fmt.Errorf("not in the schema registry's wire format: %w", herr)
 		} else {
 			var schema string
-			if schema, err = f.registry.Schema(ctx, int(be.BigEndian.Uint32(rec.Value[1:5]))); err == nil {
-				src, err = changelog.SourceOfAvro(schema, rec.Value[5:])
+			if schema, err = f.registry.Schema(ctx, id); err == nil {
+				src, err = changelog.SourceOfAvro(schema, body)
 			}
 		}
 	} else {
