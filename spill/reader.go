@@ -276,6 +276,10 @@ func (r *Reader) find(hash uint64, key []byte, blocks blockSource) (value []byte
 type chunk struct {
 	buf    []byte
 	lo, hi int
+	// checked is 1 + the block whose type and checksum were verified
+	// last: a cursor asks for one block many times in a row (a sorted
+	// batch of keys landing in it), and verifying it once is enough.
+	checked int
 }
 
 // has reports whether block i is in the chunk.
@@ -298,16 +302,20 @@ func (c *chunk) block(r *Reader, i int) (b []byte, read bool, err error) {
 		if err := r.readAt(c.buf, int64(r.offs[i])); err != nil {
 			return nil, true, err
 		}
-		c.lo, c.hi, read = i, j, true
+		c.lo, c.hi, c.checked, read = i, j, 0, true
 	}
 	h := r.handle(i)
 	raw := c.buf[h.off-r.offs[c.lo]:][:int(h.len)+trailerLen]
+	if c.checked == i+1 {
+		return raw[:h.len], read, nil
+	}
 	if typ := raw[h.len]; typ != blockKindData {
 		return nil, read, corruptf(r.name, int64(h.off)+int64(h.len), "block type %#x, want %#x", typ, blockKindData)
 	}
 	if got, want := blockChecksum(raw[:h.len+1]), binary.LittleEndian.Uint32(raw[h.len+1:]); got != want {
 		return nil, read, corruptf(r.name, int64(h.off), "block checksum mismatch (got %08x, want %08x)", got, want)
 	}
+	c.checked = i + 1
 	return raw[:h.len], read, nil
 }
 
