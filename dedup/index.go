@@ -228,7 +228,7 @@ func (ix *Index) Get(hash uint64, key []byte) (State, bool, error) {
 	ix.last.valid, ix.last.hash, ix.last.slot, ix.last.found = true, hash, slot, found
 	if found {
 		ix.stats.LookupsMemory++
-		e := &ix.mem.entries[ix.mem.slots[slot]-1]
+		e := &ix.mem.entries[ix.mem.index(slot)]
 		return unpack(e.file, e.pos), true, nil
 	}
 	if ix.set == nil {
@@ -272,7 +272,7 @@ func (ix *Index) PutID(hash uint64, key []byte, s State) (uint32, error) {
 	if ix.last.valid && ix.last.hash == hash && ix.last.slot >= 0 {
 		slot, found = ix.last.slot, ix.last.found
 		if found {
-			e := &ix.mem.entries[ix.mem.slots[slot]-1]
+			e := &ix.mem.entries[ix.mem.index(slot)]
 			if !bytes.Equal(ix.mem.key(e), key) {
 				slot, found = ix.mem.find(hash, key)
 			}
@@ -284,7 +284,7 @@ func (ix *Index) PutID(hash uint64, key []byte, s State) (uint32, error) {
 	}
 	ix.last.valid = false
 	if found {
-		if was := ix.mem.entries[ix.mem.slots[slot]-1].file&flagPartial != 0; was != s.Partial {
+		if was := ix.mem.entries[ix.mem.index(slot)].file&flagPartial != 0; was != s.Partial {
 			if s.Partial {
 				ix.partials++
 			} else {
@@ -292,7 +292,7 @@ func (ix *Index) PutID(hash uint64, key []byte, s State) (uint32, error) {
 			}
 		}
 		ix.mem.setAt(slot, s)
-		return ix.mem.slots[slot] - 1, nil
+		return ix.mem.index(slot), nil
 	}
 	if ix.opts.MemoryLimit > 0 && ix.mem.len() >= minSpillKeys && ix.overBudget(len(key)) {
 		if err := ix.spill(); err != nil {
@@ -499,7 +499,7 @@ func (ix *Index) Touch(hash uint64, key []byte) (State, bool, error) {
 	switch {
 	case found:
 		ix.stats.LookupsMemory++
-		e := &ix.mem.entries[ix.mem.slots[slot]-1]
+		e := &ix.mem.entries[ix.mem.index(slot)]
 		return unpack(e.file, e.pos), true, nil
 	case ix.set == nil:
 		ix.stats.LookupsMemory++

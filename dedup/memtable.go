@@ -21,7 +21,12 @@ type memEntry struct {
 // State, with keys stored in one byte arena. Entries are never removed,
 // only overwritten: a deleted key stays as a state without a row.
 type memtable struct {
-	slots   []uint32 // entry index + 1; 0 is empty; len is a power of two
+	// slots hold entry index + 1 in their low shift bits (0 is empty) and
+	// the rest of the bits of the entry's hash above those home takes (a
+	// fingerprint): a probe passes a slot of another key without reading
+	// its entry, but for one in 2^(32-shift). len is 2^shift.
+	slots   []uint32
+	shift   uint
 	entries []memEntry
 	arena   []byte
 	order   []uint32 // scratch for eachSorted
@@ -71,13 +76,22 @@ func (m *memtable) meanProbes() float64 {
 	var n uint64
 	for i, s := range m.slots {
 		if s != 0 {
-			n += (uint64(i)-home(m.entries[s-1].hash, mask))&mask + 1
+			n += (uint64(i)-home(m.entries[m.index(i)].hash, mask))&mask + 1
 		}
 	}
 	return float64(n) / float64(len(m.entries))
 }
 
 func (m *memtable) key(e *memEntry) []byte { return m.arena[e.keyOff : e.keyOff+e.keyLen] }
+
+// index is the entry index held by a slot that is not empty.
+func (m *memtable) index(slot int) uint32 { return m.slots[slot]&(1<<m.shift-1) - 1 }
+
+// fingerprint is a slot's fingerprint of hash, in place: the hash's bits
+// above those home takes (32 + shift and up).
+func (m *memtable) fingerprint(hash uint64) uint32 {
+	return uint32(hash>>(32+m.shift)) << m.shift
+}
 
 // find returns the slot index for key: either the slot holding it (found)
 // or the empty slot where it would go (-1 when the table has no slots).
@@ -86,12 +100,16 @@ func (m *memtable) find(hash uint64, key []byte) (int, bool) {
 		return -1, false
 	}
 	mask := uint64(len(m.slots) - 1)
+	fp, low := m.fingerprint(hash), uint32(1)<<m.shift-1
 	for i := home(hash, mask); ; i = (i + 1) & mask {
 		s := m.slots[i]
 		if s == 0 {
 			return int(i), false
 		}
-		e := &m.entries[s-1]
+		if s&^low != fp {
+			continue
+		}
+		e := &m.entries[s&low-1]
 		if e.hash == hash && bytes.Equal(m.arena[e.keyOff:e.keyOff+e.keyLen], key) {
 			return int(i), true
 		}
@@ -100,7 +118,7 @@ func (m *memtable) find(hash uint64, key []byte) (int, bool) {
 
 // setAt overwrites the state in a slot that find reported found.
 func (m *memtable) setAt(slot int, s State) {
-	e := &m.entries[m.slots[slot]-1]
+	e := &m.entries[m.index(slot)]
 	e.file, e.pos = s.pack()
 }
 
@@ -121,7 +139,7 @@ func (m *memtable) insert(slot int, hash uint64, key []byte, s State) bool {
 	m.arena = append(m.arena, key...)
 	m.entries = append(m.entries, memEntry{hash: hash, keyOff: uint32(off), keyLen: uint32(len(key)), file: f, pos: p})
 	m.sorted = false
-	m.slots[slot] = uint32(len(m.entries))
+	m.slots[slot] = m.fingerprint(hash) | uint32(len(m.entries))
 	return true
 }
 
@@ -132,13 +150,17 @@ func (m *memtable) rehash(n int) {
 	} else {
 		m.slots = make([]uint32, n)
 	}
+	// n is a power of two; entries stay under 3/4 of it, so an entry
+	// index + 1 fits in its low bits.
+	m.shift = uint(bits.TrailingZeros(uint(n)))
 	mask := uint64(n - 1)
 	for idx := range m.entries {
-		i := home(m.entries[idx].hash, mask)
+		h := m.entries[idx].hash
+		i := home(h, mask)
 		for m.slots[i] != 0 {
 			i = (i + 1) & mask
 		}
-		m.slots[i] = uint32(idx + 1)
+		m.slots[i] = m.fingerprint(h) | uint32(idx+1)
 	}
 }
 
