@@ -466,7 +466,8 @@ func (d *database) runTable(ctx context.Context, topic string, budget *sink.Budg
 	}
 	name := strings.Join(r.ident, ".")
 	spec := d.spec
-	if _, err := d.wh.Catalog.LoadTable(ctx, r.ident); errors.Is(err, catalog.ErrNoSuchTable) {
+	tbl, err := d.wh.Catalog.LoadTable(ctx, r.ident)
+	if errors.Is(err, catalog.ErrNoSuchTable) {
 		key, err := d.overrides.apply(name, &spec)
 		if err != nil {
 			r.err = err
@@ -484,10 +485,14 @@ func (d *database) runTable(ctx context.Context, topic string, budget *sink.Budg
 			return r
 		}
 	}
-	tbl, _, err := d.wh.LoadOrCreate(ctx, r.ident, spec)
 	if err != nil {
-		r.err = err
-		return r
+		// Not there yet (created now from the events' schema), or the
+		// catalog failed (LoadOrCreate says so naming the table); a table
+		// that exists is not loaded twice.
+		if tbl, _, err = d.wh.LoadOrCreate(ctx, r.ident, spec); err != nil {
+			r.err = err
+			return r
+		}
 	}
 	ps := tbl.Spec()
 	if err := deltawriter.CheckTable(tbl.Schema(), &ps); err != nil {
