@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/apache/iceberg-go"
 	icebergio "github.com/apache/iceberg-go/io"
@@ -180,9 +181,13 @@ func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, e
 		dead[df.FilePath()] = struct{}{}
 	}
 	staged := map[string]struct{}{}
+	into, err := c.compactionTable()
+	if err != nil {
+		return out, err
+	}
 	for _, g := range groups {
 		opts := append(memoryOptions(g.Tasks, p.MemoryLimit), table.WithCompactionTargetFileSize(target), table.WithCompactionScanConcurrency(1))
-		gr, err := table.ExecuteCompactionGroup(ctx, c.tbl, g, opts...)
+		gr, err := table.ExecuteCompactionGroup(ctx, into, g, opts...)
 		for _, df := range gr.NewDataFiles {
 			written = append(written, df.FilePath())
 		}
@@ -418,4 +423,39 @@ func heldElsewhere(fsys icebergio.IO, meta table.Metadata, snap int64) (map[stri
 		}
 	}
 	return held, nil
+}
+
+// CompactionFile reports whether path is in the folder where sink
+// sinkID's compaction rounds write (CompactionFolder): a round that did
+// not commit (the process was killed mid-round) leaves its files there,
+// and the sink's next start removes those no snapshot references, as it
+// does its writers' (deltawriter.SinkFile). iceberg-go names the files
+// of a rewrite like any writer's, so the folder is what tells them.
+func CompactionFile(path, sinkID string) bool {
+	return strings.Contains(path, "/"+CompactionFolder(sinkID)+"/")
+}
+
+// CompactionFolder is the folder, under the table's data folder, of sink
+// sinkID's compaction rounds' files.
+func CompactionFolder(sinkID string) string { return sinkID + "-compacted" }
+
+// compactionTable is the table as a compaction round's writer sees it:
+// the same metadata with its data path (write.data.path) set to this
+// sink's CompactionFolder under the table's data folder. Only the files'
+// location changes; the round commits through c.tbl.
+func (c *Committer) compactionTable() (*table.Table, error) {
+	meta := c.tbl.Metadata()
+	base := strings.TrimSuffix(meta.Properties().Get(table.WriteDataPathKey, strings.TrimSuffix(meta.Location(), "/")+"/data"), "/")
+	b, err := table.MetadataBuilderFromBase(meta, c.tbl.MetadataLocation())
+	if err != nil {
+		return nil, fmt.Errorf("commit: %v: %w", c.ident, err)
+	}
+	if err := b.SetProperties(iceberg.Properties{table.WriteDataPathKey: base + "/" + CompactionFolder(c.sinkID)}); err != nil {
+		return nil, fmt.Errorf("commit: %v: %w", c.ident, err)
+	}
+	m, err := b.Build()
+	if err != nil {
+		return nil, fmt.Errorf("commit: %v: %w", c.ident, err)
+	}
+	return table.New(c.tbl.Identifier(), m, c.tbl.MetadataLocation(), c.tbl.FS, nil), nil
 }

@@ -78,6 +78,21 @@ func TestCompactKeepsDeletesOfKeptFiles(t *testing.T) {
 	if err != nil || res.RemovedDataFiles != 2 {
 		t.Fatalf("compaction: %+v, %v", res, err)
 	}
+	// The round's files are in the sink's compaction folder (a killed
+	// round's are found there at the next start); the kept ones are not.
+	tasks, err := cm.Table().Scan().PlanFiles(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inFolder := 0
+	for _, task := range tasks {
+		if commit.CompactionFile(task.File.FilePath(), "s") {
+			inFolder++
+		}
+	}
+	if inFolder != res.AddedDataFiles || len(tasks) != res.AddedDataFiles+1 {
+		t.Fatalf("%d of %d live data files in %s, want the round's %d (and the kept one outside)", inFolder, len(tasks), commit.CompactionFolder("s"), res.AddedDataFiles)
+	}
 	live := map[int64]bool{}
 	for row, err := range warehouse.Rows(ctx, cm.Table()) {
 		if err != nil {

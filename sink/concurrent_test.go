@@ -213,10 +213,11 @@ func TestResumeChecksInput(t *testing.T) {
 	}
 }
 
-// TestRemovesOrphansOfCrashedWindows: files a crashed window left in the
-// table's data folder (named as this sink's writers name theirs, in no
-// snapshot) are removed at the next start; other writers' files and the
-// table's own are left alone.
+// TestRemovesOrphansOfCrashedWindows: files a crashed window or
+// compaction round left in the table's data folder (named as this sink's
+// writers name theirs, or in its rounds' folder, in no snapshot) are
+// removed at the next start; other writers' files and the table's own are
+// left alone.
 func TestRemovesOrphansOfCrashedWindows(t *testing.T) {
 	ctx := context.Background()
 	wh, _ := newWarehouse(t)
@@ -231,12 +232,20 @@ func TestRemovesOrphansOfCrashedWindows(t *testing.T) {
 	crashed := []string{
 		"orph-000-0b8e2c5e-8f3a-4c1e-9d2b-3f1a2b3c4d5e-data-000001.parquet",
 		"orph-001-0b8e2c5e-8f3a-4c1e-9d2b-3f1a2b3c4d5e-eq-000002.parquet",
+		// A compaction round killed before its commit: iceberg-go names
+		// its files, the folder is the sink's.
+		commit.CompactionFolder("orph") + "/00000-0-0b8e2c5e-8f3a-4c1e-9d2b-3f1a2b3c4d5e-00001.parquet",
 	}
 	others := []string{
 		"orphx-000-0b8e2c5e-8f3a-4c1e-9d2b-3f1a2b3c4d5e-data-000001.parquet", // another sink id
 		"orph-notes.parquet", // not a writer's name
+		"00000-0-0b8e2c5e-8f3a-4c1e-9d2b-3f1a2b3c4d5e-00001.parquet",                                     // another iceberg-go writer's, in flight
+		commit.CompactionFolder("orphx") + "/00000-0-0b8e2c5e-8f3a-4c1e-9d2b-3f1a2b3c4d5e-00001.parquet", // another sink's round
 	}
 	for _, name := range append(append([]string{}, crashed...), others...) {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(filepath.Join(dir, name), []byte("partial"), 0o644); err != nil {
 			t.Fatal(err)
 		}

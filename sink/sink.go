@@ -437,11 +437,14 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	if cfg.Connect == nil {
 		// This process holds every writer of the sink, none has written
 		// yet, and recorded epochs are committed: what is left of the
-		// sink's files outside the table is from windows that crashed.
-		// Only the sink's own files (deltawriter.SinkFile): another
-		// writer's are not ours to judge.
+		// sink's files outside the table is from windows or compaction
+		// rounds that crashed. Only the sink's own files (its writers',
+		// deltawriter.SinkFile, and its rounds' folder's,
+		// commit.CompactionFile): another writer's are not ours to judge.
 		n, err := commit.RemoveOrphanFiles(ctx, cm.Table(), commit.OrphanFiles{DataOnly: true,
-			Remove: func(p string) bool { return deltawriter.SinkFile(p, cfg.SinkID) }})
+			Remove: func(p string) bool {
+				return deltawriter.SinkFile(p, cfg.SinkID) || commit.CompactionFile(p, cfg.SinkID)
+			}})
 		if err != nil {
 			return res, fmt.Errorf("removing the files of uncommitted windows: %w", err)
 		}
