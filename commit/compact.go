@@ -44,6 +44,13 @@ type Compaction struct {
 	// size tiering; MinInputFiles still applies per partition). For a
 	// caller that knows which files it wants rewritten.
 	Select func(path string) bool
+	// Folder, when set, is the folder under the table's data folder the
+	// round writes its files into: CompactionFolder(sinkID) for a sink's
+	// own rounds, whose start-up sweep removes what a round killed before
+	// its commit left there (a one-shot `icesink maintain` beside a
+	// running sink must not write into it). Empty: the table's data
+	// folder, as any writer.
+	Folder string
 }
 
 // DefaultCompactionMemory is a round's memory bound when
@@ -181,9 +188,11 @@ func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, e
 		dead[df.FilePath()] = struct{}{}
 	}
 	staged := map[string]struct{}{}
-	into, err := c.compactionTable()
-	if err != nil {
-		return out, err
+	into := c.tbl
+	if p.Folder != "" {
+		if into, err = c.compactionTable(p.Folder); err != nil {
+			return out, err
+		}
 	}
 	for _, g := range groups {
 		opts := append(memoryOptions(g.Tasks, p.MemoryLimit), table.WithCompactionTargetFileSize(target), table.WithCompactionScanConcurrency(1))
@@ -426,11 +435,12 @@ func heldElsewhere(fsys icebergio.IO, meta table.Metadata, snap int64) (map[stri
 }
 
 // CompactionFile reports whether path is in the folder where sink
-// sinkID's compaction rounds write (CompactionFolder): a round that did
-// not commit (the process was killed mid-round) leaves its files there,
-// and the sink's next start removes those no snapshot references, as it
-// does its writers' (deltawriter.SinkFile). iceberg-go names the files
-// of a rewrite like any writer's, so the folder is what tells them.
+// sinkID's own compaction rounds write (CompactionFolder, given as
+// Compaction.Folder): a round that did not commit (the process was killed
+// mid-round) leaves its files there, and the sink's next start removes
+// those no snapshot references, as it does its writers'
+// (deltawriter.SinkFile). iceberg-go names the files of a rewrite like any
+// writer's, so the folder is what tells them.
 func CompactionFile(path, sinkID string) bool {
 	return strings.Contains(path, "/"+CompactionFolder(sinkID)+"/")
 }
@@ -440,17 +450,17 @@ func CompactionFile(path, sinkID string) bool {
 func CompactionFolder(sinkID string) string { return sinkID + "-compacted" }
 
 // compactionTable is the table as a compaction round's writer sees it:
-// the same metadata with its data path (write.data.path) set to this
-// sink's CompactionFolder under the table's data folder. Only the files'
-// location changes; the round commits through c.tbl.
-func (c *Committer) compactionTable() (*table.Table, error) {
+// the same metadata with its data path (write.data.path) set to folder
+// under the table's data folder. Only the files' location changes; the
+// round commits through c.tbl.
+func (c *Committer) compactionTable(folder string) (*table.Table, error) {
 	meta := c.tbl.Metadata()
 	base := strings.TrimSuffix(meta.Properties().Get(table.WriteDataPathKey, strings.TrimSuffix(meta.Location(), "/")+"/data"), "/")
 	b, err := table.MetadataBuilderFromBase(meta, c.tbl.MetadataLocation())
 	if err != nil {
 		return nil, fmt.Errorf("commit: %v: %w", c.ident, err)
 	}
-	if err := b.SetProperties(iceberg.Properties{table.WriteDataPathKey: base + "/" + CompactionFolder(c.sinkID)}); err != nil {
+	if err := b.SetProperties(iceberg.Properties{table.WriteDataPathKey: base + "/" + folder}); err != nil {
 		return nil, fmt.Errorf("commit: %v: %w", c.ident, err)
 	}
 	m, err := b.Build()

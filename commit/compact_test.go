@@ -74,7 +74,7 @@ func TestCompactKeepsDeletesOfKeptFiles(t *testing.T) {
 	for f := range c {
 		pick[f] = true
 	}
-	res, err := cm.Compact(ctx, commit.Compaction{MinInputFiles: 2, Select: func(p string) bool { return pick[p] }})
+	res, err := cm.Compact(ctx, commit.Compaction{MinInputFiles: 2, Select: func(p string) bool { return pick[p] }, Folder: commit.CompactionFolder("s")})
 	if err != nil || res.RemovedDataFiles != 2 {
 		t.Fatalf("compaction: %+v, %v", res, err)
 	}

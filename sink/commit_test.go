@@ -76,4 +76,10 @@ func TestCompactionSizedByShare(t *testing.T) {
 	if got := cfg.compaction(); got.MemoryLimit != 32<<20 {
 		t.Errorf("a round under a 32 MiB writer budget: %+v", *got)
 	}
+	// The rounds write into the sink's folder, which its start clears of
+	// what a killed round left (TestRemovesOrphansOfCrashedWindows).
+	cfg = Config{SinkID: "s1", Compaction: pol}.withDefaults()
+	if got := cfg.compaction(); got.Folder != commit.CompactionFolder("s1") || pol.Folder != "" {
+		t.Errorf("the rounds write into %q (the caller's policy: %q), want the sink's folder %q", got.Folder, pol.Folder, commit.CompactionFolder("s1"))
+	}
 }

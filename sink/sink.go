@@ -312,16 +312,19 @@ type Result struct {
 	SchemaChanges int
 }
 
-// compaction is cfg.Compaction with its rounds' memory bound settled: one
-// writer's even share of a shared Budget (not the whole of it, the
-// Writer.MemoryLimit of a database run: every table may compact at once),
-// else, when the policy names none, one writer's budget. The caller's
-// Compaction is not changed.
+// compaction is cfg.Compaction with its rounds' folder (the sink's own)
+// and memory bound settled: one writer's even share of a shared Budget
+// (not the whole of it, the Writer.MemoryLimit of a database run: every
+// table may compact at once), else, when the policy names none, one
+// writer's budget. The caller's Compaction is not changed.
 func (c Config) compaction() *commit.Compaction {
 	if c.Compaction == nil {
 		return nil
 	}
 	p := *c.Compaction
+	// The rounds write into the sink's folder, which its start-up sweep
+	// clears of what a killed round left.
+	p.Folder = commit.CompactionFolder(c.SinkID)
 	switch {
 	case c.Budget != nil:
 		p.MemoryLimit = c.Budget.initial()
