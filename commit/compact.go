@@ -455,7 +455,7 @@ func CompactionFolder(sinkID string) string { return sinkID + "-compacted" }
 // round commits through c.tbl.
 func (c *Committer) compactionTable(folder string) (*table.Table, error) {
 	meta := c.tbl.Metadata()
-	base := strings.TrimSuffix(meta.Properties().Get(table.WriteDataPathKey, strings.TrimSuffix(meta.Location(), "/")+"/data"), "/")
+	base := dataFolder(meta)
 	b, err := table.MetadataBuilderFromBase(meta, c.tbl.MetadataLocation())
 	if err != nil {
 		return nil, fmt.Errorf("commit: %v: %w", c.ident, err)

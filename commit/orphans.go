@@ -31,11 +31,7 @@ type OrphanFiles struct {
 func RemoveOrphanFiles(ctx context.Context, tbl *table.Table, o OrphanFiles) (int, error) {
 	opts := []table.OrphanCleanupOption{table.WithFilesOlderThan(o.OlderThan), table.WithDryRun(true)}
 	if o.DataOnly {
-		locs, err := tbl.LocationProvider()
-		if err != nil {
-			return 0, err
-		}
-		opts = append(opts, table.WithLocation(strings.TrimSuffix(locs.NewDataLocation("x"), "/x")))
+		opts = append(opts, table.WithLocation(dataFolder(tbl.Metadata())))
 	}
 	plan, err := tbl.DeleteOrphanFiles(ctx, opts...)
 	if errors.Is(err, iofs.ErrNotExist) {
@@ -63,4 +59,11 @@ func RemoveOrphanFiles(ctx context.Context, tbl *table.Table, o OrphanFiles) (in
 		n++
 	}
 	return n, nil
+}
+
+// dataFolder is where meta's writers put their files: write.data.path,
+// else LOCATION/data. With the object-storage layout the files lie in
+// hash folders below it, so listing it finds them all.
+func dataFolder(meta table.Metadata) string {
+	return strings.TrimSuffix(meta.Properties().Get(table.WriteDataPathKey, strings.TrimSuffix(meta.Location(), "/")+"/data"), "/")
 }
