@@ -30,13 +30,19 @@ func testSchema() *iceberg.Schema {
 // newTable opens a fresh embedded warehouse with one table.
 func newTable(t *testing.T) (*warehouse.Warehouse, *table.Table) {
 	t.Helper()
+	return newTableWith(t, nil)
+}
+
+// newTableWith is newTable, the table created with props.
+func newTableWith(t *testing.T, props iceberg.Properties) (*warehouse.Warehouse, *table.Table) {
+	t.Helper()
 	ctx := context.Background()
 	wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { wh.Close() })
-	tbl, _, err := wh.LoadOrCreate(ctx, testIdent, warehouse.TableSpec{Schema: testSchema()})
+	tbl, _, err := wh.LoadOrCreate(ctx, testIdent, warehouse.TableSpec{Schema: testSchema(), Properties: props})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,10 +7,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/icesink/icesink/commit"
-	"github.com/icesink/icesink/warehouse"
 )
 
 // TestRemoveOrphanFilesObjectStorage: on a table with the object-storage
@@ -19,16 +19,7 @@ import (
 // files the predicate does not pick and the table's referenced files.
 func TestRemoveOrphanFilesObjectStorage(t *testing.T) {
 	ctx := context.Background()
-	wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wh.Close()
-	tbl, _, err := wh.LoadOrCreate(ctx, testIdent, warehouse.TableSpec{Schema: testSchema(),
-		Properties: map[string]string{table.ObjectStoreEnabledKey: "true"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	wh, tbl := newTableWith(t, iceberg.Properties{table.ObjectStoreEnabledKey: "true"})
 	cm, err := commit.NewCommitter(ctx, wh.Catalog, testIdent, "s")
 	if err != nil {
 		t.Fatal(err)

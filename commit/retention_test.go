@@ -10,7 +10,6 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/icesink/icesink/commit"
-	"github.com/icesink/icesink/warehouse"
 )
 
 // TestTidyHonoursTableRetention: the table's own retention properties
@@ -120,16 +119,7 @@ func TestExpiryRemovesManifests(t *testing.T) {
 func TestTidyCapsManifestsOnV3(t *testing.T) {
 	for _, version := range []int{2, 3} {
 		ctx := context.Background()
-		wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer wh.Close()
-		tbl, _, err := wh.LoadOrCreate(ctx, testIdent, warehouse.TableSpec{Schema: testSchema(),
-			Properties: iceberg.Properties{"format-version": strconv.Itoa(version)}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		wh, tbl := newTableWith(t, iceberg.Properties{"format-version": strconv.Itoa(version)})
 		cm, err := commit.NewCommitter(ctx, wh.Catalog, testIdent, "s")
 		if err != nil {
 			t.Fatal(err)

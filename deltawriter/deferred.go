@@ -184,12 +184,16 @@ func sortHeld(ps []pendingEq) {
 	}
 	for k := range next {
 		if lo, hi := ends[k], ends[k+1]; hi-lo > 1 {
-			slices.SortFunc(ps[lo:hi], func(a, b pendingEq) int {
-				if c := cmp.Compare(a.hash, b.hash); c != 0 {
-					return c
-				}
-				return cmp.Compare(a.id, b.id)
-			})
+			slices.SortFunc(ps[lo:hi], cmpHeld)
 		}
 	}
+}
+
+// cmpHeld orders held equality deletes by (hash, id): the order settleEq
+// takes them in.
+func cmpHeld(a, b pendingEq) int {
+	if c := cmp.Compare(a.hash, b.hash); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.id, b.id)
 }

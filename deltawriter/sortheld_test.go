@@ -7,14 +7,6 @@ import (
 	"testing"
 )
 
-// byHashID is the order sortHeld must give.
-func byHashID(a, b pendingEq) int {
-	if c := cmp.Compare(a.hash, b.hash); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.id, b.id)
-}
-
 // TestSortHeld: sortHeld orders held deletes by (hash, id) as a
 // comparison sort does, whatever their count and however many share a
 // hash (one key's several deletes, colliding keys) or top bits.
@@ -31,14 +23,14 @@ func TestSortHeld(t *testing.T) {
 				ps[i] = pendingEq{hash: h, id: rng.Uint32N(uint32(n + 1)), ifRow: i%2 == 0}
 			}
 			want := slices.Clone(ps)
-			slices.SortStableFunc(want, byHashID)
+			slices.SortStableFunc(want, cmpHeld)
 			sortHeld(ps)
-			if !slices.IsSortedFunc(ps, byHashID) {
+			if !slices.IsSortedFunc(ps, cmpHeld) {
 				t.Fatalf("%d deletes over %d hashes: not in (hash, id) order", n, hashes)
 			}
 			// The same multiset: compare as sorted by every field.
 			full := func(a, b pendingEq) int {
-				if c := byHashID(a, b); c != 0 {
+				if c := cmpHeld(a, b); c != 0 {
 					return c
 				}
 				return cmp.Compare(btoi(a.ifRow), btoi(b.ifRow))
@@ -74,14 +66,7 @@ func BenchmarkSortHeld(b *testing.B) {
 		sort func([]pendingEq)
 	}{
 		{"buckets", sortHeld},
-		{"pdqsort", func(ps []pendingEq) {
-			slices.SortFunc(ps, func(a, b pendingEq) int {
-				if c := cmp.Compare(a.hash, b.hash); c != 0 {
-					return c
-				}
-				return cmp.Compare(a.id, b.id)
-			})
-		}},
+		{"pdqsort", func(ps []pendingEq) { slices.SortFunc(ps, cmpHeld) }},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			for b.Loop() {
