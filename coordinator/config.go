@@ -1,6 +1,10 @@
 package coordinator
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/RoaringBitmap/roaring/v2"
+)
 
 // Config tunes the state machine. Durations are in ticks: the caller decides
 // how long a tick is (the driver's default is 100ms). The zero value of each
@@ -46,6 +50,19 @@ type Config struct {
 	// checkpoint interval) are taken from the first writer that joins and
 	// then bind every later one. Default: empty.
 	Job map[string]string
+	// Vacant, when set, lists vnodes no writer needs to hold: an epoch
+	// aligns once its reports and the vacant vnodes together cover every
+	// vnode. A registration takes its vnodes out of it; Vacate gives them
+	// back once their writers have left. It is for a job whose members
+	// come and go (a database's tables, each a range of vnodes, joining
+	// at an epoch boundary and leaving when they stop). The set is not
+	// saved: a restart starts from this one. Default: none.
+	Vacant *roaring.Bitmap
+	// After is the epoch a job starts after when no saved state says
+	// more: the last committed epoch becomes at least After once the
+	// recovered epochs are committed (the tables of a database that
+	// joined one coordinator with epochs of their own). Default: 0.
+	After uint64
 	// Logf, if set, receives one line per decision the machine takes
 	// (alignment, commit, abort). Default: no logging.
 	Logf func(format string, args ...any)
@@ -90,6 +107,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("coordinator: config: negative tick count")
 	case c.CommitAttempts < 0:
 		return fmt.Errorf("coordinator: config: negative CommitAttempts %d", c.CommitAttempts)
+	case c.Vacant != nil && !c.Vacant.IsEmpty() && c.Vacant.Maximum() >= uint32(c.Vnodes):
+		return fmt.Errorf("coordinator: config: vacant vnodes %s reach past %d", FormatVnodes(c.Vacant), c.Vnodes-1)
 	}
 	return nil
 }

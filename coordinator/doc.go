@@ -45,6 +45,14 @@
 // with Resume set to it. A writer reconnecting with other vnodes after a
 // restart needs nothing of this: nothing is in flight then.
 //
+// Members that come and go: with Config.Vacant, vnodes no writer holds
+// count as reported (a database's tables, each a range of vnodes, that
+// start at different times and stop on their own). A registration takes
+// its vnodes from the vacant set and joins at the next undecided epoch;
+// Vacate (Coordinator.Vacate) gives them back once their writers have
+// left, so the others' epochs align without them. Config.After starts a
+// job with no saved state after its tables' own last epoch.
+//
 // Exactly once: an epoch's payloads are durable before its commit starts.
 // After a crash, Start reads the latest state and commits the recorded,
 // unconfirmed epochs in order before accepting writers. The EpochCommitter
@@ -88,7 +96,8 @@
 //  1. Create it with NewMachine; if the store has a state, Step
 //     Recovered{ID, State} before anything else.
 //  2. Step every input: Register, Report, Payload and Disconnect from
-//     writers, CommitDone when a commit ends, Tick at a steady rate.
+//     writers, CommitDone when a commit ends, Tick at a steady rate,
+//     Vacate when the caller's members leave.
 //  3. Whenever HasReady, take Ready and, in this order: save Ready.Persist
 //     through the store; only if that succeeded start Ready.Commit off the
 //     loop; send Ready.Messages to their writers. Then Advance, and if the

@@ -62,6 +62,7 @@ type request struct {
 	ev     Event
 	sess   *LocalSession // with a Register: the session to deliver to
 	status chan Status
+	reply  chan error // when set: the machine's answer to ev
 }
 
 // Start recovers the coordinator's state from store (committing any
@@ -156,6 +157,24 @@ func (c *Coordinator) Status(ctx context.Context) (Status, error) {
 	}
 }
 
+// Vacate tells the coordinator that no writer holds vnodes any more (see
+// Config.Vacant): epochs align without them until a writer registers
+// them again. It fails while a live writer still holds one of them.
+func (c *Coordinator) Vacate(ctx context.Context, vnodes *roaring.Bitmap) error {
+	ch := make(chan error, 1)
+	if err := c.submit(ctx, request{ev: Vacate{Vnodes: vnodes.Clone()}, reply: ch}); err != nil {
+		return err
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Done is closed when the loop has ended; Err then says why.
 func (c *Coordinator) Done() <-chan struct{} { return c.done }
 
@@ -233,6 +252,10 @@ func (c *Coordinator) run(ctx context.Context, m *Machine) {
 				sessions[r.sess.id] = r.sess
 			}
 			err = m.Step(r.ev)
+			if r.reply != nil {
+				r.reply <- err
+				err = nil // the caller has it
+			}
 			if d, ok := r.ev.(Disconnect); ok {
 				delete(sessions, d.Writer)
 			}

@@ -20,9 +20,10 @@ import (
 // Recovered after other events, a CommitDone for an epoch that is not
 // committing, a duplicate WriterID.
 type Machine struct {
-	cfg  Config
-	all  *roaring.Bitmap
-	step func(*Machine, Event) error
+	cfg    Config
+	all    *roaring.Bitmap
+	vacant *roaring.Bitmap // vnodes no writer needs to hold (Config.Vacant)
+	step   func(*Machine, Event) error
 
 	now      int
 	started  bool
@@ -103,13 +104,19 @@ func NewMachine(cfg Config) (*Machine, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Machine{
+	m := &Machine{
 		cfg:     cfg,
 		all:     allVnodes(cfg.Vnodes),
+		vacant:  roaring.New(),
 		step:    stepRunning,
 		writers: make(map[WriterID]*writer),
 		job:     maps.Clone(cfg.Job),
-	}, nil
+	}
+	if cfg.Vacant != nil {
+		m.vacant = cfg.Vacant.Clone()
+	}
+	m.lastCommitted, m.lastDecided = cfg.After, cfg.After
+	return m, nil
 }
 
 // Step feeds one event to the machine. It returns an error when the event is
@@ -147,6 +154,8 @@ func stepRunning(m *Machine, ev Event) error {
 		m.disconnect(ev)
 	case Tick:
 		m.tick()
+	case Vacate:
+		return m.vacate(ev)
 	default:
 		panic(fmt.Sprintf("coordinator: unknown event %T", ev))
 	}
@@ -170,6 +179,8 @@ func stepFailed(m *Machine, ev Event) error {
 	case CommitDone:
 		panic(fmt.Sprintf("coordinator: CommitDone for epoch %d while failed", ev.Epoch))
 	case PersistFailed, Tick:
+	case Vacate:
+		return m.failed
 	default:
 		panic(fmt.Sprintf("coordinator: unknown event %T", ev))
 	}
@@ -204,6 +215,7 @@ func (m *Machine) recover(r Recovered) error {
 		m.commits = append(m.commits, c)
 	}
 	m.lastDecided = m.highestRecorded()
+	m.raiseToAfter()
 	layout := make([]string, 0, len(s.Writers))
 	for _, w := range s.Writers {
 		layout = append(layout, w.Writer.String()+":"+FormatVnodes(w.Vnodes))
@@ -251,6 +263,8 @@ func (m *Machine) register(ev Register) error {
 	}
 	w := &writer{id: ev.Writer, vnodes: vnodes, since: m.now}
 	m.writers[w.id] = w
+	// Vacant vnodes are taken from the next undecided epoch on.
+	m.vacant.AndNot(vnodes)
 	if overlapsActive {
 		w.role = rolePending
 		m.logf("%v vnodes %s: rescale pending, takes over after the next commit epoch", w.id, FormatVnodes(vnodes))
@@ -327,10 +341,56 @@ func (m *Machine) undecidedEpoch(epoch uint64) *epochReports {
 // tryDecide decides aligned epochs, oldest first; an older unaligned epoch
 // holds back newer ones until it aligns or times out.
 func (m *Machine) tryDecide() {
-	for len(m.undecided) > 0 && m.undecided[0].covered.GetCardinality() == uint64(m.cfg.Vnodes) {
+	for len(m.undecided) > 0 && m.aligned(m.undecided[0]) {
 		e := m.undecided[0]
 		m.undecided = m.undecided[1:]
 		m.decide(e)
+	}
+}
+
+// aligned reports whether e's reports and the vacant vnodes cover every
+// vnode.
+func (m *Machine) aligned(e *epochReports) bool {
+	if m.vacant.IsEmpty() {
+		return e.covered.GetCardinality() == uint64(m.cfg.Vnodes)
+	}
+	return roaring.Or(e.covered, m.vacant).GetCardinality() == uint64(m.cfg.Vnodes)
+}
+
+// vacate gives vnodes whose writers left back to the vacant set.
+func (m *Machine) vacate(ev Vacate) error {
+	if ev.Vnodes == nil || ev.Vnodes.IsEmpty() {
+		return nil
+	}
+	if ev.Vnodes.Maximum() >= uint32(m.cfg.Vnodes) {
+		return fmt.Errorf("coordinator: vacating vnodes %s: they reach past %d", FormatVnodes(ev.Vnodes), m.cfg.Vnodes-1)
+	}
+	for _, w := range m.sortedWriters() {
+		if (w.role == roleActive || w.role == rolePending) && w.vnodes.Intersects(ev.Vnodes) {
+			return fmt.Errorf("coordinator: vacating vnodes %s: %v still holds %s", FormatVnodes(ev.Vnodes), w.id, FormatVnodes(roaring.And(w.vnodes, ev.Vnodes)))
+		}
+	}
+	m.vacant.Or(ev.Vnodes)
+	m.logf("vnodes %s vacant", FormatVnodes(ev.Vnodes))
+	m.tryDecide()
+	return nil
+}
+
+// raiseToAfter makes Config.After the last committed epoch once no
+// recovered epoch is left to commit: writers that joined meanwhile start
+// after it.
+func (m *Machine) raiseToAfter() {
+	if len(m.commits) > 0 || m.lastCommitted >= m.cfg.After {
+		return
+	}
+	m.logf("starting after epoch %d (the tables' last)", m.cfg.After)
+	m.lastCommitted = m.cfg.After
+	m.lastDecided = max(m.lastDecided, m.cfg.After)
+	m.dirty = true
+	for _, w := range m.sortedWriters() {
+		if !w.welcomed && w.role == roleActive {
+			w.resume = max(w.resume, m.cfg.After)
+		}
 	}
 }
 
@@ -468,6 +528,7 @@ func (m *Machine) commitDone(ev CommitDone) {
 	m.lastCommitted = c.epoch
 	m.dirty = true
 	m.logf("epoch %d committed", c.epoch)
+	m.raiseToAfter()
 	if !c.recovered {
 		for _, p := range c.parts {
 			if _, ok := m.writers[p.writer]; ok {
@@ -609,8 +670,9 @@ func (m *Machine) tick() {
 	}
 	for _, e := range m.undecided {
 		if m.now-e.since >= m.cfg.AlignTimeout {
-			te := &TimeoutError{Epoch: e.epoch, Wait: "alignment", Ticks: m.now - e.since,
-				Missing: roaring.AndNot(m.all, e.covered)}
+			missing := roaring.AndNot(m.all, e.covered)
+			missing.AndNot(m.vacant)
+			te := &TimeoutError{Epoch: e.epoch, Wait: "alignment", Ticks: m.now - e.since, Missing: missing}
 			for _, w := range m.sortedWriters() {
 				if _, ok := e.reports[w.id]; !ok && w.role == roleActive {
 					te.Writers = append(te.Writers, WriterVnodes{Writer: w.id, Vnodes: w.vnodes})
@@ -737,7 +799,7 @@ func (m *Machine) Status() Status {
 	for _, e := range m.undecided {
 		s.Undecided = append(s.Undecided, e.epoch)
 	}
-	s.Missing = m.all.Clone()
+	s.Missing = roaring.AndNot(m.all, m.vacant)
 	for _, w := range m.sortedWriters() {
 		switch w.role {
 		case roleActive:

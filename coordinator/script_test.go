@@ -149,6 +149,14 @@ func (r *scriptRunner) run(b scriptBlock) string {
 	case "config":
 		cfg := Config{Logf: func(format string, a ...any) { r.printf("log: "+format, a...) }}
 		for k, v := range kv {
+			if k == "vacant" {
+				vn, err := ParseVnodes(v, 1<<20)
+				if err != nil {
+					fail("%v", err)
+				}
+				cfg.Vacant = vn
+				continue
+			}
 			n := int(num(v))
 			switch k {
 			case "vnodes":
@@ -169,6 +177,8 @@ func (r *scriptRunner) run(b scriptBlock) string {
 				cfg.CommitBackoff = n
 			case "barrier":
 				cfg.BarrierInterval = n
+			case "after":
+				cfg.After = uint64(n)
 			default:
 				fail("unknown config key %q", k)
 			}
@@ -212,6 +222,12 @@ func (r *scriptRunner) run(b scriptBlock) string {
 		r.step(Payload{Writer: w, Epoch: e, Data: []byte(data)})
 	case "disconnect":
 		r.step(Disconnect{Writer: writerArg(0), Err: errArg()})
+	case "vacate":
+		vn, err := ParseVnodes(args[0], r.m.cfg.Vnodes*2)
+		if err != nil {
+			fail("%v", err)
+		}
+		r.step(Vacate{Vnodes: vn})
 	case "tick":
 		n := 1
 		if len(args) > 0 {

@@ -15,7 +15,7 @@ type WriterID uint64
 func (w WriterID) String() string { return fmt.Sprintf("w%d", uint64(w)) }
 
 // Event is an input to Machine.Step: one of Recovered, Register, Report,
-// Payload, CommitDone, PersistFailed, Disconnect, Tick.
+// Payload, CommitDone, PersistFailed, Disconnect, Tick, Vacate.
 type Event interface{ isEvent() }
 
 // Recovered hands the machine the state its store returned at startup. It
@@ -96,6 +96,15 @@ type Disconnect struct {
 // Tick advances the machine's clock by one tick.
 type Tick struct{}
 
+// Vacate gives Vnodes back to the vacant set (Config.Vacant): no writer
+// holds them any more, and epochs align without them until a writer
+// registers them again. It is refused while a live or pending writer
+// holds any of them; their windows must have ended first (a final epoch)
+// or been aborted.
+type Vacate struct {
+	Vnodes *roaring.Bitmap
+}
+
 func (Recovered) isEvent()     {}
 func (Register) isEvent()      {}
 func (Report) isEvent()        {}
@@ -104,6 +113,7 @@ func (CommitDone) isEvent()    {}
 func (PersistFailed) isEvent() {}
 func (Disconnect) isEvent()    {}
 func (Tick) isEvent()          {}
+func (Vacate) isEvent()        {}
 
 // MessageType says what a Message tells a writer.
 type MessageType int

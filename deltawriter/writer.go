@@ -104,7 +104,8 @@ type Options struct {
 	// keyindex-resolve (the window's old rows looked up, their deletes not
 	// yet written), keyindex-ingest (a committed window in the key index,
 	// the window not yet reset), keyindex-save (runs saved, the manifest
-	// not yet written).
+	// not yet written); sink.Database adds database-table-committed (one
+	// table's commit of an epoch done, the others' maybe not).
 	Failpoint func(name string)
 
 	parquetBytes int64         // the open Parquet writers' share of MemoryLimit

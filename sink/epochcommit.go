@@ -287,30 +287,47 @@ func StartCoordinator(ctx context.Context, cfg Config) (c *coordinator.Coordinat
 	}, nil
 }
 
-func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*coordinator.Coordinator, *epochCommitter, func() error, error) {
+// newEpochCommitter commits for the sink cfg describes through cm; ctx
+// is the run's (its compaction rounds run under it).
+func newEpochCommitter(ctx context.Context, cfg Config, cm *commit.Committer) *epochCommitter {
 	ec := &epochCommitter{cm: cm, retain: *cfg.Retention, log: cfg.Logger, compact: cfg.Compaction, compactEvery: cfg.CompactEvery, runCtx: ctx}
 	// Commits carry the offsets of partitions no writer reports forward.
 	ec.pos, _ = positionOf(cm)
 	if ec.log == nil {
 		ec.log = slog.Default()
 	}
-	var store coordinator.StateStore = &coordinator.MemStore{}
-	closeStore := func() error { return nil }
+	return ec
+}
+
+// openStateStore opens the coordinator's state folder cfg.StateDir, locked
+// for this run (in memory without one); closeStore closes and unlocks it.
+func openStateStore(ctx context.Context, cfg Config) (store coordinator.StateStore, closeStore func() error, err error) {
+	if cfg.StateDir == "" {
+		return &coordinator.MemStore{}, func() error { return nil }, nil
+	}
+	// One run of a sink at a time on its state folder: a second one
+	// (a rolling deploy, a restart that did not wait) would sweep the
+	// first's checkpoints and remove its in-flight files.
+	unlock, err := lockStateDir(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := statestore.Open(ctx, statestore.Options{Dir: cfg.StateDir, InFileEnabled: true, NoStateError: coordinator.ErrNoState})
+	if err != nil {
+		unlock()
+		return nil, nil, err
+	}
+	return st, func() error { return errors.Join(st.Close(), unlock()) }, nil
+}
+
+func startCoordinator(ctx context.Context, cfg Config, cm *commit.Committer) (*coordinator.Coordinator, *epochCommitter, func() error, error) {
+	ec := newEpochCommitter(ctx, cfg, cm)
+	store, closeStore, err := openStateStore(ctx, cfg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	if cfg.StateDir != "" {
-		// One run of a sink at a time on its state folder: a second one
-		// (a rolling deploy, a restart that did not wait) would sweep the
-		// first's checkpoints and remove its in-flight files.
-		unlock, err := lockStateDir(cfg)
-		if err != nil {
-			return nil, nil, nil, err
-		}
-		st, err := statestore.Open(ctx, statestore.Options{Dir: cfg.StateDir, InFileEnabled: true, NoStateError: coordinator.ErrNoState})
-		if err != nil {
-			unlock()
-			return nil, nil, nil, err
-		}
-		store, closeStore = st, func() error { return errors.Join(st.Close(), unlock()) }
-		if err := checkRecorded(ctx, st, cm, ec.log); err != nil {
+		if err := checkRecorded(ctx, store, cm, ec.log); err != nil {
 			closeStore()
 			return nil, nil, nil, fmt.Errorf("the coordinator's state in %s does not belong to table %v: %w (move that folder away to start afresh; the files of its epochs are then left as orphans)", cfg.StateDir, cfg.Ident, err)
 		}

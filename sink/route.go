@@ -93,7 +93,7 @@ func routeInput(ctx context.Context, cfg Config, src Source, writers []*writer, 
 		// canceled, so the router sees it.
 		defer context.AfterFunc(ctx, bsrc.RequestBarrier)()
 	}
-	followBarriers = followBarriers && byPartition && cfg.Connect != nil
+	followBarriers = followBarriers && (byPartition && cfg.Connect != nil || cfg.Database != nil && cfg.Connect == nil)
 	if followBarriers {
 		stop := make(chan struct{})
 		defer close(stop)

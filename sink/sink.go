@@ -159,6 +159,13 @@ type Config struct {
 	// OwnVnodes and writes only the rows routed to them.
 	Connect   func(ctx context.Context, vnodes *roaring.Bitmap, opts ...coordinator.ConnectOption) (coordinator.Session, error)
 	OwnVnodes *roaring.Bitmap
+	// Database, when set (and Connect is not), joins the coordinator of a
+	// database's tables in this process (StartDatabase) instead of
+	// starting one of the table's own: the table's epochs are the
+	// database's, its commits its own transactions. Vnodes is then the
+	// database's per table; with a barrier source (Kafka) the
+	// database's barriers end the epochs (besides CheckpointRows).
+	Database *Database
 	// Progress, when set, is called after every checkpoint, every 1024
 	// changes a writer is handed, and at the end, on the routing
 	// goroutine: it must return quickly.
@@ -365,7 +372,26 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	connect := cfg.Connect
 	var bitmaps []*roaring.Bitmap
 	var ec *epochCommitter
-	if connect == nil {
+	if db := cfg.Database; connect == nil && db != nil {
+		cfg.Vnodes = db.cfg.Vnodes
+		if bitmaps, err = coordinator.SplitVnodes(cfg.Vnodes, cfg.Writers); err != nil {
+			return res, err
+		}
+		// This run is the table's one committer from now on.
+		if err := cm.Claim(ctx, newRunID()); err != nil {
+			return res, err
+		}
+		if ec, connect, err = db.join(ctx, cfg, cm); err != nil {
+			return res, err
+		}
+		defer func() {
+			// After the writers closed their sessions (deferred later).
+			if lerr := db.leave(ctx, cfg.Ident); lerr != nil && err == nil {
+				err = lerr
+			}
+		}()
+		defer ec.waitMaintenance()
+	} else if connect == nil {
 		var coord *coordinator.Coordinator
 		var stop func() error
 		coord, ec, stop, err = startCoordinator(ctx, cfg, cm)
@@ -436,6 +462,13 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	}
 	if err := cm.Refresh(ctx); err != nil {
 		return res, err
+	}
+	if cfg.Database != nil && cfg.Connect == nil {
+		// The database may have committed a recorded epoch of the table
+		// since its committer was made.
+		ec.mu.Lock()
+		ec.pos, _ = positionOf(cm)
+		ec.mu.Unlock()
 	}
 	if cfg.Connect == nil {
 		// This process holds every writer of the sink, none has written

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/icesink/icesink/changelog"
+	"github.com/icesink/icesink/coordinator"
 	"github.com/icesink/icesink/deltawriter"
 	"github.com/icesink/icesink/kafka"
 	"github.com/icesink/icesink/sink"
@@ -175,6 +177,20 @@ func tableStateDir(whDir, stateDir, name, sinkID string) (string, error) {
 		return "", fmt.Errorf("%w: --state-dir: with an object-storage warehouse, give a local folder for the coordinators' checkpoints", errUsage)
 	}
 	return filepath.Join(whDir, "_icesink", name, sinkID), nil
+}
+
+// databaseStateDir is the folder of the checkpoints of the coordinator of
+// a database's tables in one process: DIR/database under a given
+// --state-dir DIR, else WAREHOUSE/_icesink/database/SINK-ID (a local
+// warehouse only). No table's folder (NS.NAME) is spelled so.
+func databaseStateDir(whDir, stateDir, sinkID string) (string, error) {
+	if stateDir != "" {
+		return filepath.Join(stateDir, "database"), nil
+	}
+	if warehouse.IsObjectStore(whDir) {
+		return "", fmt.Errorf("%w: --state-dir: with an object-storage warehouse, give a local folder for the coordinator's checkpoints", errUsage)
+	}
+	return filepath.Join(whDir, "_icesink", "database", sinkID), nil
 }
 
 // untilStop is ctx, cancelled also when stop is closed.
@@ -376,11 +392,24 @@ func (d *database) round(ctx context.Context, topics, listed []string, regex str
 	if fetch == 0 && budget != nil {
 		fetch = tableFetchBytes(budget.Total(), len(topics))
 	}
+	var db *sink.Database
+	if !d.grouped {
+		if db, err = d.startDatabase(ctx, topics); err != nil {
+			close(stop)
+			<-watched
+			return nil, nil, err
+		}
+		defer func() {
+			if cerr := db.Close(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}()
+	}
 	runs = make([]tableRun, len(topics))
 	var wg sync.WaitGroup
 	for i, t := range topics {
 		wg.Go(func() {
-			runs[i] = d.runTable(ctx, t, budget, fetch, stop)
+			runs[i] = d.runTable(ctx, t, budget, fetch, stop, db)
 			if r := runs[i]; r.err != nil {
 				// Said now, not only at the end of the run: the other
 				// tables may go on for days (a consumer group's run ends
@@ -410,6 +439,28 @@ func (d *database) round(ctx context.Context, topics, listed []string, regex str
 	return runs, grown, nil
 }
 
+// startDatabase starts the coordinator of the round's tables, one epoch
+// for all: a table per topic, its checkpoints in one state folder, its
+// barriers ending every table's epochs at once (--checkpoint-interval).
+// It outlives ctx: a stop commits what the tables read.
+func (d *database) startDatabase(ctx context.Context, topics []string) (*sink.Database, error) {
+	cfg := d.base
+	var err error
+	if cfg.StateDir, err = databaseStateDir(d.warehouse, cfg.StateDir, cfg.SinkID); err != nil {
+		return nil, err
+	}
+	cfg.BarrierInterval = d.kf.interval
+	var known []table.Identifier
+	if !fromSource(d.template) {
+		for _, t := range topics {
+			if ident, err := tableFor(d.template, t, nil); err == nil {
+				known = append(known, ident)
+			}
+		}
+	}
+	return sink.StartDatabase(context.WithoutCancel(ctx), cfg, len(topics), known)
+}
+
 // claim gives table to topic, unless another topic goes to it.
 func (d *database) claim(table, topic string) error {
 	d.mu.Lock()
@@ -437,8 +488,10 @@ func tableFetchBytes(total int64, tables int) int32 {
 
 // runTable runs the sink of one topic into its table, creating the table
 // from the events' schema when it does not exist; fetch is what its Kafka
-// client reads ahead (0: kafka.Config's default).
-func (d *database) runTable(ctx context.Context, topic string, budget *sink.Budget, fetch int32, stop <-chan struct{}) (r tableRun) {
+// client reads ahead (0: kafka.Config's default). In one process its
+// epochs are db's; in a consumer group, its table's coordinator's at the
+// server.
+func (d *database) runTable(ctx context.Context, topic string, budget *sink.Budget, fetch int32, stop <-chan struct{}, db *sink.Database) (r tableRun) {
 	r.topic = topic
 	kf := d.kf
 	kf.topic, kf.fetchBytes = topic, fetch
@@ -519,8 +572,16 @@ func (d *database) runTable(ctx context.Context, topic string, budget *sink.Budg
 		r.res, r.err = kf.runGroup(gctx, cfg, tbl.Schema(), d.format, d.dbz, d.vnodesGiven, d.rowsGiven, cfg.Logger)
 		return r
 	}
-	if cfg.StateDir, r.err = tableStateDir(d.warehouse, cfg.StateDir, name, cfg.SinkID); r.err != nil {
-		return r
+	// The database's barriers end the table's epochs, at the same epoch
+	// as every other table's.
+	cfg.Database, cfg.StateDir = db, ""
+	if kf.interval > 0 {
+		kf.interval = 0
+		if !d.rowsGiven {
+			// A table counting its own rows would end epochs the others
+			// have not reached, and wait for them.
+			cfg.CheckpointRows = math.MaxInt64
+		}
 	}
 	dec, err := kf.decoder(d.format, tbl.Schema(), d.dbz)
 	if err != nil {
@@ -541,6 +602,19 @@ func (d *database) runTable(ctx context.Context, topic string, budget *sink.Budg
 	}
 	in := &restartableInput{kafka: src, kf: &kf, reg: cfg.Registerer, format: d.format, schema: tbl.Schema(), dbz: d.dbz, stop: stop}
 	r.res, r.err = in.run(ctx, context.WithoutCancel(ctx), cfg, src, cfg.Logger)
+	for errors.Is(r.err, coordinator.ErrAborted) {
+		// Another table stopped with a window open, which aborted every
+		// table's: this one goes on from what it committed.
+		cfg.Logger.Info("another table's failure aborted the open window; going on from the table's offsets", "err", r.err)
+		again, err := in.reopen(ctx)
+		if err != nil {
+			r.err = err
+			break
+		}
+		prev := r.res
+		r.res, r.err = in.run(ctx, context.WithoutCancel(ctx), cfg, again, cfg.Logger)
+		r.res.Start, r.res.Commits, r.res.Changes = prev.Start, r.res.Commits+prev.Commits, r.res.Changes+prev.Changes
+	}
 	in.kafka.Close()
 	return r
 }

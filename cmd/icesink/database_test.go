@@ -20,6 +20,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/sink"
 	"github.com/icesink/icesink/warehouse"
 )
 
@@ -577,4 +579,85 @@ func TestDatabaseSourceNames(t *testing.T) {
 		!strings.Contains(stderr, "topic cdc-customers: its events' source block has no schema for {source.schema}") {
 		t.Errorf("a placeholder the source block lacks: exit %d\n%s", code, stderr)
 	}
+}
+
+// TestDatabaseKilledBetweenTables: the tables of one process commit each
+// epoch in their own transactions; runs killed (SIGKILL) right after one
+// table's commit of an epoch, the others' not done, and run again: every
+// table equals its model, and no table holds an epoch twice.
+func TestDatabaseKilledBetweenTables(t *testing.T) {
+	f, c := newConnectorFeed(t, 37, 2)
+	f.produce(300)
+	f.evolve()
+	f.produce(100)
+	whDir := t.TempDir()
+	args := []string{"run", "--warehouse", whDir, "--table-template", "inventory.{table}", "--format", "debezium-json",
+		"--kafka-brokers", c.ListenAddrs()[0], "--topic-regex", `dbserver1\.inventory\..*`, "--stop-at-end", "--quiet",
+		"--checkpoint-rows", "150"}
+	split := false // a kill left the tables at different epochs
+	for _, nth := range []int{2, 4, 5} {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		cmd := exec.CommandContext(ctx, binary, args...)
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=database-table-committed:%d", failpointEnv, nth))
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		timedOut := ctx.Err() != nil
+		cancel()
+		if st, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !st.Signaled() || st.Signal() != syscall.SIGKILL || timedOut {
+			t.Fatalf("the run with the failpoint at the %d. table commit was not killed there: %v\n%s", nth, err, stderr.String())
+		}
+		epochs := map[uint64]bool{}
+		for _, tp := range f.topics {
+			pos, err := resumeOf(whDir, dbTable(tp))
+			if err != nil {
+				t.Fatal(err)
+			}
+			epochs[pos.Epoch] = true
+		}
+		split = split || len(epochs) > 1
+		f.produce(100)
+	}
+	if !split {
+		t.Fatal("no kill fell between two tables' commits of an epoch")
+	}
+	if _, stderr, code := icesink(t, args...); code != 0 {
+		t.Fatalf("the run after the kills: exit %d\n%s", code, stderr)
+	}
+	ctx := context.Background()
+	wh, err := warehouse.Open(ctx, whDir, warehouse.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wh.Close()
+	for _, tp := range f.topics {
+		f.check(whDir, tp, "after kills between two tables' commits")
+		tbl, err := wh.Catalog.LoadTable(ctx, dbTable(tp))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		for _, s := range tbl.Metadata().Snapshots() {
+			if s.Summary == nil {
+				continue
+			}
+			if e, ok := s.Summary.Properties[commit.PropEpoch]; ok {
+				if seen[e] {
+					t.Fatalf("table %s holds epoch %s twice", tp.name, e)
+				}
+				seen[e] = true
+			}
+		}
+	}
+}
+
+// resumeOf is where sink "icesink" resumes in table ident of whDir.
+func resumeOf(whDir string, ident table.Identifier) (sink.Position, error) {
+	ctx := context.Background()
+	wh, err := warehouse.Open(ctx, whDir, warehouse.Options{})
+	if err != nil {
+		return sink.Position{}, err
+	}
+	defer wh.Close()
+	return sink.Resume(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "icesink"})
 }

@@ -1,0 +1,492 @@
+package sink
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/RoaringBitmap/roaring/v2"
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/coordinator"
+	"github.com/icesink/icesink/warehouse"
+)
+
+// Database is one coordinator for the sinks of many tables in this
+// process (a database's change feed): one epoch covers every table, each
+// table is committed in its own Iceberg transaction with its own input
+// offsets, and one state folder records the epochs of all. A table's
+// sink joins it through Config.Database and holds a range of vnodes of its
+// own (a slot) while it runs: tables join at an epoch boundary, and a
+// table whose run ended, cleanly or not, leaves without holding the
+// others' epochs back.
+//
+// A table whose commit fails for good (a foreign change, a fence) is told
+// through its writers, and the other tables' commits of the epoch stand:
+// the failed table's window is read again from its own offsets.
+type Database struct {
+	cfg        Config
+	slots      int
+	coord      *coordinator.Coordinator
+	closeStore func() error
+
+	mu     sync.Mutex
+	tables map[string]*dbTable // by NS.NAME
+}
+
+// dbTable is one table of a Database.
+type dbTable struct {
+	ident    table.Identifier
+	slot     int
+	ec       *epochCommitter // nil until it commits or joins
+	attached bool
+	// broken holds the epochs whose commit failed for good, until the
+	// table's writers hear of it.
+	broken map[uint64]error
+}
+
+// databaseCommitters is how many tables of an epoch commit at once.
+const databaseCommitters = 8
+
+// StartDatabase starts the coordinator of up to slots tables' sinks, with
+// cfg's settings (Ident is ignored; Vnodes is each table's vnode count,
+// StateDir the database's state folder). It commits what the state
+// recorded before it returns. known names tables that may already hold
+// epochs of cfg.SinkID: without a saved state, the epochs go on after the
+// highest of theirs.
+func StartDatabase(ctx context.Context, cfg Config, slots int, known []table.Identifier) (*Database, error) {
+	cfg = cfg.withDefaults()
+	if err := warehouse.CheckName(cfg.SinkID); err != nil {
+		return nil, fmt.Errorf("sink id: %w", err)
+	}
+	if err := cfg.Timeouts.check(); err != nil {
+		return nil, err
+	}
+	if slots < 1 || slots*cfg.Vnodes > 1<<20 {
+		return nil, fmt.Errorf("sink: a database of %d tables of %d vnodes each: at most %d vnodes in all", slots, cfg.Vnodes, 1<<20)
+	}
+	d := &Database{cfg: cfg, slots: slots, tables: map[string]*dbTable{}}
+	store, closeStore, err := openStateStore(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	d.closeStore = closeStore
+	fail := func(err error) (*Database, error) {
+		closeStore()
+		return nil, err
+	}
+	var after uint64
+	switch _, _, err := store.Latest(ctx); {
+	case errors.Is(err, coordinator.ErrNoState):
+		for _, ident := range known {
+			cm, err := commit.NewCommitter(ctx, cfg.Loader, ident, cfg.SinkID)
+			if errors.Is(err, catalog.ErrNoSuchTable) {
+				continue
+			}
+			if err != nil {
+				return fail(err)
+			}
+			if last, ok := cm.Last(); ok {
+				after = max(after, last.Epoch)
+			}
+		}
+	case err != nil:
+		return fail(fmt.Errorf("loading the database's coordinator state: %w", err))
+	default:
+		if err := d.checkRecorded(ctx, store); err != nil {
+			return fail(fmt.Errorf("the coordinator's state in %s: %w (move that folder away to start afresh; the files of its epochs are then left as orphans)", cfg.StateDir, err))
+		}
+	}
+	var opts []coordinator.Option
+	if cfg.Logger != nil {
+		opts = append(opts, coordinator.WithLogger(cfg.Logger))
+	}
+	if cfg.Timeouts.Commit > 0 {
+		opts = append(opts, coordinator.WithCommitTimeout(cfg.Timeouts.Commit))
+	}
+	all := roaring.New()
+	all.AddRange(0, uint64(slots*cfg.Vnodes))
+	d.coord, err = coordinator.Start(ctx, coordinator.Config{
+		Vnodes: slots * cfg.Vnodes, Vacant: all, After: after,
+		CommitInterval: cfg.CommitInterval, CommitBytes: cfg.CommitBytes,
+		AlignTimeout: ticks(cfg.Timeouts.Align), PayloadTimeout: ticks(cfg.Timeouts.Payload),
+		BarrierInterval: ticks(cfg.BarrierInterval),
+		Job:             map[string]string{"sink-id": cfg.SinkID, "database": "1"},
+	}, d, store, opts...)
+	if err != nil {
+		return fail(err)
+	}
+	return d, nil
+}
+
+// Close stops the coordinator and closes its state folder. The tables'
+// runs must have ended.
+func (d *Database) Close() error {
+	return errors.Join(d.coord.Close(), d.closeStore())
+}
+
+// logger is the database's log.
+func (d *Database) logger() *slog.Logger {
+	if d.cfg.Logger != nil {
+		return d.cfg.Logger
+	}
+	return slog.Default()
+}
+
+// table returns the entry of table name, creating it.
+func (d *Database) table(name string) (*dbTable, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if t, ok := d.tables[name]; ok {
+		return t, nil
+	}
+	ident, err := warehouse.ParseIdent(name)
+	if err != nil {
+		return nil, err
+	}
+	t := &dbTable{ident: ident, slot: -1}
+	d.tables[name] = t
+	return t, nil
+}
+
+// committer returns t's epoch committer, opening one on the table's
+// catalog entry for a table whose sink has not joined (a recorded epoch
+// committed at start).
+func (d *Database) committer(ctx context.Context, t *dbTable) (*epochCommitter, error) {
+	d.mu.Lock()
+	ec := t.ec
+	d.mu.Unlock()
+	if ec != nil {
+		return ec, nil
+	}
+	cm, err := commit.NewCommitter(ctx, d.cfg.Loader, t.ident, d.cfg.SinkID)
+	if err != nil {
+		return nil, err
+	}
+	cfg := d.cfg
+	cfg.Ident, cfg.Compaction = t.ident, nil
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if t.ec == nil {
+		t.ec = newEpochCommitter(ctx, cfg, cm)
+	}
+	return t.ec, nil
+}
+
+// CommitEpoch commits each table's payloads of epoch in its own
+// transaction, a few tables at a time. A table whose commit fails for good
+// (coordinator.ErrPermanent) is marked for its writers and does not fail
+// the epoch; any other failure does, and the retry skips the tables
+// committed already (commits are idempotent per epoch).
+func (d *Database) CommitEpoch(ctx context.Context, epoch uint64, payloads [][]byte) error {
+	byTable := map[string][][]byte{}
+	for _, b := range payloads {
+		if len(b) == 0 {
+			continue
+		}
+		name, p, err := unframePayload(b)
+		if err != nil {
+			return fmt.Errorf("epoch %d: %w", epoch, err)
+		}
+		byTable[name] = append(byTable[name], p)
+	}
+	names := make([]string, 0, len(byTable))
+	for name := range byTable {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	errs := make([]error, len(names))
+	sem := make(chan struct{}, databaseCommitters)
+	var wg sync.WaitGroup
+	for i, name := range names {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			errs[i] = d.commitTable(ctx, epoch, name, byTable[name])
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// commitTable commits one table's payloads of epoch.
+func (d *Database) commitTable(ctx context.Context, epoch uint64, name string, ps [][]byte) error {
+	t, err := d.table(name)
+	if err != nil {
+		return err
+	}
+	ec, err := d.committer(ctx, t)
+	if err == nil {
+		err = ec.CommitEpoch(ctx, epoch, ps)
+	}
+	if err == nil {
+		if fp := d.cfg.Writer.Failpoint; fp != nil {
+			fp("database-table-committed") // a crash between two tables' commits
+		}
+		return nil
+	}
+	err = fmt.Errorf("table %s: %w", name, err)
+	if !errors.Is(err, coordinator.ErrPermanent) {
+		return err
+	}
+	// The other tables' commits stand; this table's window is dropped
+	// (its offsets did not move) and its writers hear why.
+	d.mu.Lock()
+	if t.broken == nil {
+		t.broken = map[uint64]error{}
+	}
+	t.broken[epoch] = err
+	d.mu.Unlock()
+	d.logger().Error("a table's commit failed for good; the other tables' commits of the epoch stand, and the table's window is read again", "table", name, "epoch", epoch, "err", err)
+	return nil
+}
+
+// brokenAt returns why table name's commit of epoch failed for good, if it
+// did.
+func (d *Database) brokenAt(name string, epoch uint64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	t := d.tables[name]
+	if t == nil {
+		return nil
+	}
+	err := t.broken[epoch]
+	delete(t.broken, epoch)
+	return err
+}
+
+// join attaches the sink of cfg.Ident, committing through cm, to the
+// database: it takes the table's slot (vnodes slot*Vnodes onwards) and
+// returns the table's epoch committer and how its writers connect.
+func (d *Database) join(ctx context.Context, cfg Config, cm *commit.Committer) (*epochCommitter, func(context.Context, *roaring.Bitmap, ...coordinator.ConnectOption) (coordinator.Session, error), error) {
+	name := strings.Join(cfg.Ident, ".")
+	t, err := d.table(name)
+	if err != nil {
+		return nil, nil, err
+	}
+	d.mu.Lock()
+	switch {
+	case t.attached:
+		d.mu.Unlock()
+		return nil, nil, fmt.Errorf("sink: table %s joined the database twice", name)
+	case t.slot < 0:
+		used := make([]bool, d.slots)
+		for _, o := range d.tables {
+			if o.slot >= 0 {
+				used[o.slot] = true
+			}
+		}
+		t.slot = slices.Index(used, false)
+		if t.slot < 0 {
+			d.mu.Unlock()
+			return nil, nil, fmt.Errorf("sink: table %s: the database's %d tables are all taken", name, d.slots)
+		}
+	}
+	// A commit of a recorded epoch of the table may still run on the
+	// committer it had: the run's takes over for the epochs after (Run
+	// reads the position again once its writers joined).
+	ec := newEpochCommitter(ctx, cfg, cm)
+	t.attached, t.broken, t.ec = true, nil, ec
+	d.mu.Unlock()
+	base := uint32(t.slot * d.cfg.Vnodes)
+	connect := func(ctx context.Context, vnodes *roaring.Bitmap, _ ...coordinator.ConnectOption) (coordinator.Session, error) {
+		// The job is the database's: every table's writers run in this
+		// process, configured alike.
+		shifted := roaring.New()
+		for it := vnodes.Iterator(); it.HasNext(); {
+			shifted.Add(base + it.Next())
+		}
+		sess, err := d.coord.Connect(ctx, shifted)
+		if err != nil {
+			return nil, err
+		}
+		return &dbSession{Session: sess, d: d, name: name}, nil
+	}
+	return ec, connect, nil
+}
+
+// leave detaches table ident's sink, whose writers have closed their
+// sessions: its slot's vnodes become vacant, so that the other tables'
+// epochs align without it.
+func (d *Database) leave(ctx context.Context, ident table.Identifier) error {
+	name := strings.Join(ident, ".")
+	d.mu.Lock()
+	t := d.tables[name]
+	if t == nil || !t.attached {
+		d.mu.Unlock()
+		return nil
+	}
+	t.attached = false
+	slot, ec := t.slot, t.ec
+	d.mu.Unlock()
+	if ec != nil {
+		// Recorded epochs of the table may still commit after its run:
+		// without the run's compaction, metrics and notices.
+		ec.waitMaintenance()
+		ec.mu.Lock()
+		ec.compact, ec.metrics, ec.onCommit = nil, nil, nil
+		ec.mu.Unlock()
+	}
+	vn := roaring.New()
+	vn.AddRange(uint64(slot*d.cfg.Vnodes), uint64((slot+1)*d.cfg.Vnodes))
+	if err := d.coord.Vacate(context.WithoutCancel(ctx), vn); err != nil {
+		return fmt.Errorf("table %s leaving the database's epochs: %w", name, err)
+	}
+	return nil
+}
+
+// dbSession is a table writer's session with the database's coordinator:
+// its payloads are framed with the table's name, and a commit that failed
+// for good for its table alone is its error.
+type dbSession struct {
+	coordinator.Session
+	d    *Database
+	name string
+}
+
+// Commit implements coordinator.Session.
+func (s *dbSession) Commit(ctx context.Context, epoch uint64, payload []byte) error {
+	if err := s.Session.Commit(ctx, epoch, framePayload(s.name, payload)); err != nil {
+		return err
+	}
+	return s.d.brokenAt(s.name, epoch)
+}
+
+// Barriers passes on the coordinator's requests to end an epoch.
+func (s *dbSession) Barriers() <-chan uint64 {
+	if bs, ok := s.Session.(barrierSession); ok {
+		return bs.Barriers()
+	}
+	return nil
+}
+
+// dbPayloadVersion leads a database's payload frame: version 1 is the
+// byte 0xD1, the table's name (uvarint length, NS.NAME), then the
+// table's commit.Payload as its sink encoded it.
+const dbPayloadVersion = 0xD1
+
+func framePayload(name string, payload []byte) []byte {
+	b := make([]byte, 0, 1+binary.MaxVarintLen64+len(name)+len(payload))
+	b = append(b, dbPayloadVersion)
+	b = binary.AppendUvarint(b, uint64(len(name)))
+	b = append(b, name...)
+	return append(b, payload...)
+}
+
+func unframePayload(b []byte) (name string, payload []byte, err error) {
+	if len(b) == 0 || b[0] != dbPayloadVersion {
+		return "", nil, errors.New("a payload without a database frame (a state folder of another kind of run?)")
+	}
+	n, k := binary.Uvarint(b[1:])
+	if k <= 0 || uint64(len(b)-1-k) < n {
+		return "", nil, errors.New("a database payload frame cut short")
+	}
+	return string(b[1+k : 1+k+int(n)]), b[1+k+int(n):], nil
+}
+
+// checkRecorded checks, table by table, the recorded epochs the
+// coordinator will commit at start, as a single table's sink does
+// (checkRecorded): a table rolled back, or changed by another writer
+// after a window's key index was built, loses its parts of that epoch and
+// the later ones (its input is read again); a table that no longer exists
+// loses all of them; a payload that is not the table's fails the start.
+func (d *Database) checkRecorded(ctx context.Context, store coordinator.StateStore) error {
+	id, b, err := store.Latest(ctx)
+	if err != nil {
+		return err
+	}
+	st, err := coordinator.DecodeState(b)
+	if err != nil {
+		return err
+	}
+	dropped := map[string]uint64{} // table -> first epoch dropped
+	changed := false
+	for i, e := range st.Epochs {
+		if e.Epoch <= st.LastCommitted {
+			continue
+		}
+		byTable := map[string][]commit.Payload{}
+		for _, part := range e.Parts {
+			if len(part.Payload) == 0 {
+				continue
+			}
+			name, raw, err := unframePayload(part.Payload)
+			if err != nil {
+				return fmt.Errorf("recorded epoch %d: %w", e.Epoch, err)
+			}
+			p, err := commit.UnmarshalPayload(raw)
+			if err != nil {
+				return fmt.Errorf("recorded epoch %d, table %s: %w", e.Epoch, name, err)
+			}
+			byTable[name] = append(byTable[name], p)
+		}
+		for _, name := range slices.Sorted(maps.Keys(byTable)) {
+			if _, gone := dropped[name]; gone {
+				continue
+			}
+			why, err := d.checkTableRecorded(ctx, name, byTable[name])
+			if err != nil {
+				return fmt.Errorf("recorded epoch %d, table %s: %w", e.Epoch, name, err)
+			}
+			if why != "" {
+				dropped[name] = e.Epoch
+				d.logger().Warn("sink: a table's recorded epochs dropped; their input is written again", "table", name, "from-epoch", e.Epoch, "reason", why)
+			}
+		}
+		kept := e.Parts[:0]
+		for _, part := range e.Parts {
+			name, _, _ := unframePayload(part.Payload)
+			if from, gone := dropped[name]; gone && len(part.Payload) > 0 && e.Epoch >= from {
+				changed = true
+				continue
+			}
+			kept = append(kept, part)
+		}
+		st.Epochs[i].Parts = kept
+	}
+	if !changed {
+		return nil
+	}
+	if err := store.Save(ctx, id+1, coordinator.EncodeState(st)); err != nil {
+		return fmt.Errorf("dropping recorded epochs of tables: %w", err)
+	}
+	return nil
+}
+
+// checkTableRecorded says why table name's recorded payloads ps must not
+// be committed ("" when they may), or fails when they are not the table's.
+func (d *Database) checkTableRecorded(ctx context.Context, name string, ps []commit.Payload) (why string, err error) {
+	t, err := d.table(name)
+	if err != nil {
+		return "", err
+	}
+	cm, err := commit.NewCommitter(ctx, d.cfg.Loader, t.ident, d.cfg.SinkID)
+	if errors.Is(err, catalog.ErrNoSuchTable) {
+		return "the table no longer exists", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	if last, _ := cm.Last(); last.RolledBack > 0 {
+		return fmt.Sprintf("the table was rolled back past epoch %d", last.RolledBack), nil
+	}
+	for i := range ps {
+		if err := cm.CheckPayload(&ps[i]); err != nil {
+			return "", err
+		}
+	}
+	if err := cm.CheckKeyIndexed(ps); errors.Is(err, commit.ErrForeignChange) {
+		return err.Error(), nil
+	} else if err != nil {
+		return "", err
+	}
+	return "", nil
+}

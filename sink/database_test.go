@@ -1,0 +1,165 @@
+package sink_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/icesink/icesink/changelog"
+	"github.com/icesink/icesink/coordinator"
+	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/sink"
+	"github.com/icesink/icesink/warehouse"
+)
+
+// runDatabaseTables runs each input into its table (db.NAME) through the
+// database d, all at once; a table whose window another table's failure
+// aborted runs again from what it committed, as icesink run does. It
+// returns each table's last error.
+func runDatabaseTables(t *testing.T, ctx context.Context, wh *warehouse.Warehouse, d *sink.Database, inputs map[string][]byte) map[string]error {
+	t.Helper()
+	errs := map[string]error{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, input := range inputs {
+		ident := table.Identifier{"db", name}
+		if _, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: fuzzSchema}); err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			cfg := sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "s", Database: d,
+				Writer: deltawriter.Options{SpillDir: t.TempDir()}, KeyIndexDir: "-"}
+			var err error
+			for range 20 {
+				var dec *changelog.Decoder
+				if dec, err = changelog.NewDecoder(bytes.NewReader(input), changelog.ChangelogJSON, fuzzSchema); err != nil {
+					break
+				}
+				if _, err = sink.Run(ctx, cfg, dec); !errors.Is(err, coordinator.ErrAborted) {
+					break
+				}
+			}
+			mu.Lock()
+			errs[name] = err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// startDatabase starts a database of slots tables on wh, checkpointing in
+// dir.
+func startDatabase(t *testing.T, ctx context.Context, wh *warehouse.Warehouse, dir string, slots int) *sink.Database {
+	t.Helper()
+	d, err := sink.StartDatabase(ctx, sink.Config{Loader: wh.Catalog, SinkID: "s", StateDir: dir, Vnodes: 16,
+		Timeouts: sink.Timeouts{Align: 30 * time.Second}}, slots, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// TestDatabaseOneEpochAcrossTables: tables of one database commit under
+// one epoch count: two tables of different lengths each equal their
+// model, and a table that joins later starts after the epochs the first
+// two committed (with a coordinator of its own it would start at 1), also
+// after a restart of the database on its state folder.
+func TestDatabaseOneEpochAcrossTables(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	wh, _ := newWarehouse(t)
+	dir := t.TempDir()
+	d := startDatabase(t, ctx, wh, dir, 3)
+	inputs := map[string][]byte{
+		"a": genInputKeys(t, 1, 3000, 300, 0),
+		"b": genInputKeys(t, 2, 1200, 100, 1000),
+	}
+	for name, err := range runDatabaseTables(t, ctx, wh, d, inputs) {
+		if err != nil {
+			t.Fatalf("table %s: %v", name, err)
+		}
+	}
+	var before uint64
+	for name, input := range inputs {
+		checkModel(t, wh, table.Identifier{"db", name}, input)
+		pos, err := sink.Resume(ctx, sink.Config{Loader: wh.Catalog, Ident: table.Identifier{"db", name}, SinkID: "s"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		before = max(before, pos.Epoch)
+	}
+	if before < 10 {
+		t.Fatalf("the tables committed up to epoch %d; the inputs hold more barriers", before)
+	}
+	for round := range 2 {
+		name := fmt.Sprint("late", round)
+		late := map[string][]byte{name: genInputKeys(t, uint64(3+round), 600, 50, 2000)}
+		for _, err := range runDatabaseTables(t, ctx, wh, d, late) {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		checkModel(t, wh, table.Identifier{"db", name}, late[name])
+		pos, err := sink.Resume(ctx, sink.Config{Loader: wh.Catalog, Ident: table.Identifier{"db", name}, SinkID: "s"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pos.Epoch <= before {
+			t.Fatalf("table %s joined after epoch %d and committed up to epoch %d: its epochs are not the database's", name, before, pos.Epoch)
+		}
+		before = pos.Epoch
+		// The next round: the database restarts on its state folder.
+		if err := d.Close(); err != nil {
+			t.Fatal(err)
+		}
+		d = startDatabase(t, ctx, wh, dir, 3)
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDatabaseTableFailureLeavesOthers: one table's input has a bad line
+// half way; its run stops naming the line, with what it committed before
+// it, and the other tables (whose open windows the failure aborted) go on
+// to their inputs' ends, each equal to its model.
+func TestDatabaseTableFailureLeavesOthers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	wh, _ := newWarehouse(t)
+	d := startDatabase(t, ctx, wh, t.TempDir(), 3)
+	defer d.Close()
+	bad := genInputKeys(t, 3, 2000, 200, 2000)
+	lines := bytes.SplitAfter(bad, []byte("\n"))
+	bad = bytes.Join(append(append(lines[:1000:1000], []byte("{\"op\":\"U\",\"row\":\n")), lines[1000:]...), nil)
+	inputs := map[string][]byte{
+		"a":   genInputKeys(t, 1, 3000, 300, 0),
+		"b":   genInputKeys(t, 2, 3000, 300, 1000),
+		"bad": bad,
+	}
+	errs := runDatabaseTables(t, ctx, wh, d, inputs)
+	if err := errs["bad"]; err == nil || !strings.Contains(err.Error(), "line 1001") {
+		t.Fatalf("the bad table's run ended with %v, want the error of line 1001", err)
+	}
+	for _, name := range []string{"a", "b"} {
+		if errs[name] != nil {
+			t.Fatalf("table %s: %v", name, errs[name])
+		}
+		checkModel(t, wh, table.Identifier{"db", name}, inputs[name])
+	}
+	pos, err := sink.Resume(ctx, sink.Config{Loader: wh.Catalog, Ident: table.Identifier{"db", "bad"}, SinkID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pos.Line >= 1001 {
+		t.Fatalf("the bad table committed through line %d, past its bad line", pos.Line)
+	}
+}
