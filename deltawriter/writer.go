@@ -995,7 +995,7 @@ func (w *Writer) flushPositionDeletes(ln *lane) error {
 		} else {
 			i++
 		}
-		if err := f.appendPositionDelete(path, pos); err != nil {
+		if err := f.appendPositionDelete(path, pos, len(ln.posDel)-i+len(old)+1); err != nil {
 			f.abort(w.fs)
 			return fmt.Errorf("deltawriter: %w", err)
 		}
