@@ -14,6 +14,7 @@ import (
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/coordinator"
@@ -48,6 +49,10 @@ type dbTable struct {
 	slot     int
 	ec       *epochCommitter // nil until it commits or joins
 	attached bool
+	claimMu  sync.Mutex        // one claim at a time
+	claimed  bool              // the database claimed the table (writers of other processes)
+	job      map[string]string // what its remote writers agree on
+	sessions int               // open sessions of its writers
 	// broken holds the epochs whose commit failed for good, until the
 	// table's writers hear of it.
 	broken map[uint64]error
@@ -132,6 +137,14 @@ func StartDatabase(ctx context.Context, cfg Config, slots int, known []table.Ide
 func (d *Database) Close() error {
 	return errors.Join(d.coord.Close(), d.closeStore())
 }
+
+// Done is closed when the database's coordinator has stopped (Close, or
+// a failure: Err says which).
+func (d *Database) Done() <-chan struct{} { return d.coord.Done() }
+
+// Err returns why the coordinator stopped (coordinator.ErrFailed after a
+// commit that kept failing), or nil while it runs.
+func (d *Database) Err() error { return d.coord.Err() }
 
 // logger is the database's log.
 func (d *Database) logger() *slog.Logger {
@@ -272,23 +285,17 @@ func (d *Database) join(ctx context.Context, cfg Config, cm *commit.Committer) (
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := d.checkBehind(ctx, cm); err != nil {
+		return nil, nil, err
+	}
 	d.mu.Lock()
-	switch {
-	case t.attached:
+	if t.attached {
 		d.mu.Unlock()
 		return nil, nil, fmt.Errorf("sink: table %s joined the database twice", name)
-	case t.slot < 0:
-		used := make([]bool, d.slots)
-		for _, o := range d.tables {
-			if o.slot >= 0 {
-				used[o.slot] = true
-			}
-		}
-		t.slot = slices.Index(used, false)
-		if t.slot < 0 {
-			d.mu.Unlock()
-			return nil, nil, fmt.Errorf("sink: table %s: the database's %d tables are all taken", name, d.slots)
-		}
+	}
+	if err := d.takeSlot(t, name); err != nil {
+		d.mu.Unlock()
+		return nil, nil, err
 	}
 	// A commit of a recorded epoch of the table may still run on the
 	// committer it had: the run's takes over for the epochs after (Run
@@ -296,26 +303,191 @@ func (d *Database) join(ctx context.Context, cfg Config, cm *commit.Committer) (
 	ec := newEpochCommitter(ctx, cfg, cm)
 	t.attached, t.broken, t.ec = true, nil, ec
 	d.mu.Unlock()
-	base := uint32(t.slot * d.cfg.Vnodes)
 	connect := func(ctx context.Context, vnodes *roaring.Bitmap, _ ...coordinator.ConnectOption) (coordinator.Session, error) {
 		// The job is the database's: every table's writers run in this
 		// process, configured alike.
-		shifted := roaring.New()
-		for it := vnodes.Iterator(); it.HasNext(); {
-			shifted.Add(base + it.Next())
-		}
-		sess, err := d.coord.Connect(ctx, shifted)
-		if err != nil {
-			return nil, err
-		}
-		return &dbSession{Session: sess, d: d, name: name}, nil
+		return d.connect(ctx, t, name, vnodes)
 	}
 	return ec, connect, nil
 }
 
+// takeSlot gives t the first free slot, unless it has one. Called with
+// d.mu held.
+func (d *Database) takeSlot(t *dbTable, name string) error {
+	if t.slot >= 0 {
+		return nil
+	}
+	used := make([]bool, d.slots)
+	for _, o := range d.tables {
+		if o.slot >= 0 {
+			used[o.slot] = true
+		}
+	}
+	if t.slot = slices.Index(used, false); t.slot < 0 {
+		return fmt.Errorf("sink: table %s: the database's %d tables are all taken", name, d.slots)
+	}
+	return nil
+}
+
+// checkBehind refuses a table that holds a later epoch of the sink than
+// the database decided (written by a coordinator of its own since): its
+// epochs would never align with the others'.
+func (d *Database) checkBehind(ctx context.Context, cm *commit.Committer) error {
+	last, ok := cm.Last()
+	if !ok {
+		return nil
+	}
+	st, err := d.coord.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if last.Epoch > st.LastDecided {
+		return fmt.Errorf("sink: table %v holds epoch %d of sink %q, later than the database's epoch %d (written by a run of the table alone since): run it alone, or move the database's state folder away so that it starts after its tables' epochs", cm.Table().Identifier(), last.Epoch, cm.SinkID(), st.LastDecided)
+	}
+	return nil
+}
+
+// connect registers a writer of table t for its vnodes (the table's own
+// numbering) in t's slot.
+func (d *Database) connect(ctx context.Context, t *dbTable, name string, vnodes *roaring.Bitmap) (coordinator.Session, error) {
+	d.mu.Lock()
+	base := uint32(t.slot * d.cfg.Vnodes)
+	t.sessions++
+	d.mu.Unlock()
+	shifted := roaring.New()
+	for it := vnodes.Iterator(); it.HasNext(); {
+		shifted.Add(base + it.Next())
+	}
+	sess, err := d.coord.Connect(ctx, shifted)
+	if err != nil {
+		d.closed(t)
+		return nil, err
+	}
+	return &dbSession{LocalSession: sess.(*coordinator.LocalSession), d: d, t: t, name: name}, nil
+}
+
+// closed counts a session of t gone; when it was the table's last, the
+// table's slot becomes vacant, so that the other tables' epochs align
+// without it until a writer of it joins again.
+func (d *Database) closed(t *dbTable) {
+	d.mu.Lock()
+	t.sessions--
+	last := t.sessions == 0
+	slot := t.slot
+	d.mu.Unlock()
+	if !last {
+		return
+	}
+	vn := roaring.New()
+	vn.AddRange(uint64(slot*d.cfg.Vnodes), uint64((slot+1)*d.cfg.Vnodes))
+	// Refused only when a new writer of the table holds some already.
+	if err := d.coord.Vacate(context.Background(), vn); err != nil && !errors.Is(err, coordinator.ErrClosed) && !errors.Is(err, coordinator.ErrFailed) {
+		d.logger().Debug("a table's slot stays taken", "table", strings.Join(t.ident, "."), "err", err)
+	}
+}
+
+// RemoteTable is a table of a Database whose writers run in other
+// processes and join over a transport (coordgrpc.ServeLookup): its
+// Connect registers them in the table's slot.
+type RemoteTable struct {
+	d    *Database
+	t    *dbTable
+	name string
+}
+
+// Remote returns table name's view for writers of other processes, which
+// registered job (the table, its UUID, spec and format, the sink, their
+// checkpoint settings: the first writer's bind the later ones) and route
+// with vnodeCount vnodes (at most the database's per table). The first
+// call claims the table for the database's sink (a run elsewhere is
+// fenced off at its next commit).
+func (d *Database) Remote(ctx context.Context, name string, job map[string]string, vnodeCount int) (*RemoteTable, error) {
+	if vnodeCount > d.cfg.Vnodes {
+		return nil, fmt.Errorf("%w: table %s routes with %d vnodes (its topic's partitions), more than the coordinator's %d a table: give the coordinator a larger --vnode-count", coordinator.ErrJobMismatch, name, vnodeCount, d.cfg.Vnodes)
+	}
+	t, err := d.table(name)
+	if err != nil {
+		return nil, err
+	}
+	ec, err := d.committer(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.claim(ctx, t, ec, name, vnodeCount); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if diff := jobDiff(t.job, job); diff != "" {
+		return nil, fmt.Errorf("%w: a writer of table %s writes into another job than the table's other writers: %s", coordinator.ErrJobMismatch, name, diff)
+	}
+	if t.job == nil {
+		t.job = map[string]string{}
+	}
+	maps.Copy(t.job, job)
+	if err := d.takeSlot(t, name); err != nil {
+		return nil, err
+	}
+	return &RemoteTable{d: d, t: t, name: name}, nil
+}
+
+// claim makes the database the table's one committer, once: a run of it
+// elsewhere is fenced off at its next commit.
+func (d *Database) claim(ctx context.Context, t *dbTable, ec *epochCommitter, name string, vnodeCount int) error {
+	t.claimMu.Lock()
+	defer t.claimMu.Unlock()
+	d.mu.Lock()
+	claimed := t.claimed
+	d.mu.Unlock()
+	if claimed {
+		return nil
+	}
+	ec.waitMaintenance()
+	ec.mu.Lock()
+	defer ec.mu.Unlock()
+	if err := d.checkBehind(ctx, ec.cm); err != nil {
+		return err
+	}
+	if err := ec.cm.Claim(ctx, newRunID()); err != nil {
+		return err
+	}
+	if d.cfg.Registerer != nil {
+		// The table's commits, labelled with its name.
+		m := newCommitMetrics()
+		if err := prometheus.WrapRegistererWith(prometheus.Labels{"table": name}, d.cfg.Registerer).Register(m); err == nil {
+			ec.metrics = m
+		}
+	}
+	d.mu.Lock()
+	t.claimed = true
+	d.mu.Unlock()
+	d.logger().Info("coordinating a table", "table", name, "vnodes", vnodeCount)
+	return nil
+}
+
+// Connect registers a writer of the table for vnodes (the table's own
+// numbering); the options' vnode count and job were checked by Remote.
+func (r *RemoteTable) Connect(ctx context.Context, vnodes *roaring.Bitmap, _ ...coordinator.ConnectOption) (coordinator.Session, error) {
+	if vnodes == nil || vnodes.IsEmpty() || vnodes.Maximum() >= uint32(r.d.cfg.Vnodes) {
+		return nil, fmt.Errorf("%w: a writer of table %s registered vnodes %s, beyond the %d a table has", coordinator.ErrProtocol, r.name, coordinator.FormatVnodes(vnodes), r.d.cfg.Vnodes)
+	}
+	return r.d.connect(ctx, r.t, r.name, vnodes)
+}
+
+// jobDiff lists where a writer's job differs from the table's on keys
+// both know ("" when they agree).
+func jobDiff(have, writer map[string]string) string {
+	var diffs []string
+	for _, k := range slices.Sorted(maps.Keys(writer)) {
+		if v, ok := have[k]; ok && v != writer[k] {
+			diffs = append(diffs, fmt.Sprintf("%s %q, the others' %q", k, writer[k], v))
+		}
+	}
+	return strings.Join(diffs, "; ")
+}
+
 // leave detaches table ident's sink, whose writers have closed their
-// sessions: its slot's vnodes become vacant, so that the other tables'
-// epochs align without it.
+// sessions (the last one gave the slot back).
 func (d *Database) leave(ctx context.Context, ident table.Identifier) error {
 	name := strings.Join(ident, ".")
 	d.mu.Lock()
@@ -325,7 +497,7 @@ func (d *Database) leave(ctx context.Context, ident table.Identifier) error {
 		return nil
 	}
 	t.attached = false
-	slot, ec := t.slot, t.ec
+	ec := t.ec
 	d.mu.Unlock()
 	if ec != nil {
 		// Recorded epochs of the table may still commit after its run:
@@ -335,37 +507,37 @@ func (d *Database) leave(ctx context.Context, ident table.Identifier) error {
 		ec.compact, ec.metrics, ec.onCommit = nil, nil, nil
 		ec.mu.Unlock()
 	}
-	vn := roaring.New()
-	vn.AddRange(uint64(slot*d.cfg.Vnodes), uint64((slot+1)*d.cfg.Vnodes))
-	if err := d.coord.Vacate(context.WithoutCancel(ctx), vn); err != nil {
-		return fmt.Errorf("table %s leaving the database's epochs: %w", name, err)
-	}
 	return nil
 }
 
 // dbSession is a table writer's session with the database's coordinator:
-// its payloads are framed with the table's name, and a commit that failed
-// for good for its table alone is its error.
+// its payloads are framed with the table's name, a commit that failed
+// for good for its table alone is its error, and the table's last
+// session to close gives its slot back.
 type dbSession struct {
-	coordinator.Session
-	d    *Database
-	name string
+	*coordinator.LocalSession
+	d         *Database
+	t         *dbTable
+	name      string
+	closeOnce sync.Once
 }
 
 // Commit implements coordinator.Session.
 func (s *dbSession) Commit(ctx context.Context, epoch uint64, payload []byte) error {
-	if err := s.Session.Commit(ctx, epoch, framePayload(s.name, payload)); err != nil {
+	if err := s.LocalSession.Commit(ctx, epoch, framePayload(s.name, payload)); err != nil {
 		return err
 	}
 	return s.d.brokenAt(s.name, epoch)
 }
 
-// Barriers passes on the coordinator's requests to end an epoch.
-func (s *dbSession) Barriers() <-chan uint64 {
-	if bs, ok := s.Session.(barrierSession); ok {
-		return bs.Barriers()
-	}
-	return nil
+// Close implements coordinator.Session.
+func (s *dbSession) Close() error { return s.CloseWithError(nil) }
+
+// CloseWithError ends the session because of err (nil: a plain Close).
+func (s *dbSession) CloseWithError(err error) error {
+	cerr := s.LocalSession.CloseWithError(err)
+	s.closeOnce.Do(func() { s.d.closed(s.t) })
+	return cerr
 }
 
 // dbPayloadVersion leads a database's payload frame: version 1 is the

@@ -13,7 +13,9 @@
 // checkpoint, commit, its key index folder), epochcommit.go (the
 // in-process coordinator's epoch commits and the table the writers
 // follow), recovery.go (where a run resumes, the input check, recorded
-// epochs), metrics.go.
+// epochs), budget.go (one memory budget shared by many tables' writers),
+// database.go (one coordinator and epoch for many tables' sinks, in this
+// process or served to others), metrics.go.
 package sink
 
 import (

@@ -9,8 +9,11 @@ import (
 	"log/slog"
 	"net"
 	"regexp"
-	"sync"
+	"strings"
 	"time"
+
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -31,11 +34,11 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	listen := fs.String("listen", "127.0.0.1:7480", "`HOST:PORT` to serve writers on (without --tls-cert and --auth-token-file: loopback or a trusted network only)")
 	interval := fs.Uint64("commit-interval", 1, "commit every `K` checkpoints")
 	commitBytes := fs.String("commit-bytes", "0", "also commit when all writers together buffer this much; 0 = off")
-	vnodeCount := fs.Int("vnode-count", 256, "number of vnodes")
+	vnodeCount := fs.Int("vnode-count", 256, "number of vnodes (with --table-template: at most this many a table, its topic's partitions)")
 	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus metrics (icesink_commits_total, icesink_commit_duration_seconds, ...) at http://`HOST:PORT`/metrics")
 	checkpointInterval := fs.Duration("checkpoint-interval", 10*time.Second, "ask every writer to end its checkpoint this often (Kafka consumer-group writers end theirs only then); 0 = off")
 	sinkID := fs.String("sink-id", "icesink", "sink `ID` recorded in snapshot summaries")
-	stateDir := fs.String("state-dir", "", "`DIR` for the coordinator's checkpoints (default: DIR/_icesink/NS.NAME/SINK-ID)")
+	stateDir := fs.String("state-dir", "", "`DIR` for the coordinator's checkpoints (default: DIR/_icesink/NS.NAME/SINK-ID; with --table-template DIR/_icesink/database/SINK-ID, and a given DIR gets DIR/database)")
 	var sf specFlags
 	sf.register(fs)
 	var rf retentionFlags
@@ -44,7 +47,7 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	tof.register(fs)
 	var secf securityFlags
 	secf.register(fs, true)
-	template := fs.String("table-template", "", "serve the coordinators of every table `NS.NAME` this template spells (as icesink run --table-template: {topic}, {server}, {db}, {schema}, {table}, {source.*} each match one name part) instead of one --table: a table's coordinator starts when its first writer joins, with that writer's vnode count (its topic's partitions), its state in --state-dir/NS.NAME")
+	template := fs.String("table-template", "", "serve the coordinators of every table `NS.NAME` this template spells (as icesink run --table-template: {topic}, {server}, {db}, {schema}, {table}, {source.*} each match one name part) instead of one --table: one coordinator for all of them, one epoch over every table (each committed in its own transaction), a table joining when its first writer does, with that writer's vnode count (its topic's partitions)")
 	verbose := fs.Bool("v", false, "log the coordinator's decisions (writers joining and leaving, epochs committed, aborts) to stderr")
 	config := registerConfig(fs)
 	if err := parseFlagsAndConfig(fs, args, config); err != nil {
@@ -105,7 +108,7 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 		Logger: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})), Registerer: reg,
 	}
 	if *template != "" {
-		return serveTables(ctx, base, *template, *listen, *stateDir, tf.warehouse, sec, stderr)
+		return serveTables(ctx, wh.Catalog, base, *template, *listen, *stateDir, tf.warehouse, sec, stderr)
 	}
 	ident, err := warehouse.ParseIdent(tf.table)
 	if err != nil {
@@ -150,94 +153,74 @@ func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer
 	return err
 }
 
-// tableCoordinators are the coordinators of a server of many tables
-// (icesink coordinator --table-template): one per table, started when its
-// first writer joins and started again at the next join after it failed.
-type tableCoordinators struct {
-	base     sink.Config // without Ident, StateDir
-	match    *regexp.Regexp
-	template string
-	stateDir string // --state-dir, or "" for WAREHOUSE/_icesink
-	whDir    string
-	mu       sync.Mutex
-	running  map[string]tableCoordinator
-}
-
-type tableCoordinator struct {
-	c    *coordinator.Coordinator
-	stop func() error
-}
-
-// lookup is the server's coordgrpc.Lookup.
-func (t *tableCoordinators) lookup(ctx context.Context, job map[string]string, vnodeCount int) (*coordinator.Coordinator, error) {
-	name := job[coordinator.JobTable]
-	switch {
-	case name == "":
-		return nil, fmt.Errorf("%w: the writer names no table (an icesink older than this coordinator?)", coordinator.ErrJobMismatch)
-	case !t.match.MatchString(name):
-		return nil, fmt.Errorf("%w: table %s is not one of --table-template %s", coordinator.ErrJobMismatch, name, t.template)
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if tc, ok := t.running[name]; ok {
-		select {
-		case <-tc.c.Done():
-			// Failed or stopped: its state is read again by a new one.
-			t.base.Logger.Warn("the table's coordinator stopped; starting it again", "table", name, "err", tc.c.Err())
-			_ = tc.stop()
-			delete(t.running, name)
-		default:
-			return tc.c, nil
-		}
-	}
-	ident, err := warehouse.ParseIdent(name)
-	if err != nil {
-		return nil, fmt.Errorf("%w: table %q: %v", coordinator.ErrJobMismatch, name, err)
-	}
-	cfg := forTable(t.base, ident)
-	if vnodeCount > 0 {
-		cfg.Vnodes = vnodeCount
-	}
-	if cfg.StateDir, err = tableStateDir(t.whDir, t.stateDir, name, cfg.SinkID); err != nil {
-		return nil, err
-	}
-	// The server's lifetime, not the joining writer's.
-	c, stop, err := sink.StartCoordinator(context.WithoutCancel(ctx), cfg)
-	if err != nil {
-		return nil, fmt.Errorf("starting the coordinator of table %s: %w", name, err)
-	}
-	t.running[name] = tableCoordinator{c: c, stop: stop}
-	t.base.Logger.Info("coordinating a table", "table", name, "vnodes", cfg.Vnodes, "state", cfg.StateDir)
-	return c, nil
-}
-
-// close stops every table's coordinator.
-func (t *tableCoordinators) close() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for name, tc := range t.running {
-		if err := tc.stop(); err != nil {
-			t.base.Logger.Warn("stopping the table's coordinator", "table", name, "err", err)
-		}
-	}
-	clear(t.running)
-}
-
-// serveTables serves the coordinators of every table template spells.
-func serveTables(ctx context.Context, base sink.Config, template, listen, stateDir, whDir string, sec coordgrpc.Security, stderr io.Writer) error {
+// serveTables serves one coordinator for every table template spells
+// (icesink coordinator --table-template): a sink.Database, one epoch over
+// all of them, each table's writers (of any process) in a slot of
+// base.Vnodes vnodes taken at its first writer, its commits its own
+// transactions; one state folder.
+func serveTables(ctx context.Context, cat catalog.Catalog, base sink.Config, template, listen, stateDir, whDir string, sec coordgrpc.Security, stderr io.Writer) error {
 	match, err := templatePattern(template)
 	if err != nil {
 		return fmt.Errorf("%w: --table-template: %v", errUsage, err)
 	}
-	if _, err := tableStateDir(whDir, stateDir, "", base.SinkID); err != nil {
+	if base.StateDir, err = databaseStateDir(whDir, stateDir, base.SinkID); err != nil {
 		return err
 	}
-	tc := &tableCoordinators{base: base, match: match, template: template, stateDir: stateDir, whDir: whDir, running: map[string]tableCoordinator{}}
-	defer tc.close()
+	known, err := templateTables(ctx, cat, match)
+	if err != nil {
+		return err
+	}
+	// The server's lifetime: a signal stops it after the listener.
+	db, err := sink.StartDatabase(context.WithoutCancel(ctx), base, (1<<20)/base.Vnodes, known)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	lookup := func(ctx context.Context, job map[string]string, vnodeCount int) (coordgrpc.Connector, error) {
+		name := job[coordinator.JobTable]
+		switch {
+		case name == "":
+			return nil, fmt.Errorf("%w: the writer names no table (an icesink older than this coordinator?)", coordinator.ErrJobMismatch)
+		case !match.MatchString(name):
+			return nil, fmt.Errorf("%w: table %s is not one of --table-template %s", coordinator.ErrJobMismatch, name, template)
+		}
+		return db.Remote(ctx, name, job, vnodeCount)
+	}
 	lis, err := net.Listen("tcp", listen)
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", listen, err)
 	}
-	fmt.Fprintf(stderr, "icesink coordinator: sink %q on the tables of %s, serving writers on %s\n", base.SinkID, template, lis.Addr())
-	return coordgrpc.ServeLookup(ctx, lis, tc.lookup, sec.ServerOptions()...)
+	fmt.Fprintf(stderr, "icesink coordinator: sink %q on the tables of %s (state in %s), serving writers on %s\n", base.SinkID, template, base.StateDir, lis.Addr())
+	// A failed coordinator ends the server (a restart recovers it).
+	sctx, cancel := untilStop(ctx, db.Done())
+	defer cancel()
+	err = coordgrpc.ServeLookup(sctx, lis, lookup, sec.ServerOptions()...)
+	if err == nil {
+		if cerr := db.Err(); errors.Is(cerr, coordinator.ErrFailed) {
+			return fmt.Errorf("%w\n(the recorded epoch stays in %s; a restart commits it once its cause is fixed)", cerr, base.StateDir)
+		}
+	}
+	return err
+}
+
+// templateTables lists the catalog's tables whose names the template's
+// pattern matches: a database coordinator with no state yet starts after
+// their epochs.
+func templateTables(ctx context.Context, cat catalog.Catalog, match *regexp.Regexp) ([]table.Identifier, error) {
+	nss, err := cat.ListNamespaces(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("listing the catalog's namespaces: %w", err)
+	}
+	var out []table.Identifier
+	for _, ns := range nss {
+		for ident, err := range cat.ListTables(ctx, ns) {
+			if err != nil {
+				return nil, fmt.Errorf("listing the tables of %s: %w", strings.Join(ns, "."), err)
+			}
+			if match.MatchString(strings.Join(ident, ".")) {
+				out = append(out, ident)
+			}
+		}
+	}
+	return out, nil
 }

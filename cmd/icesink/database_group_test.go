@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -132,6 +134,13 @@ func TestDatabaseGroup(t *testing.T) {
 	}
 	if !strings.Contains(outputs(), "coordinating a table") {
 		t.Errorf("the coordinator logged no table it started:\n%s", outputs())
+	}
+	// One coordinator for all tables: one state folder, none per table.
+	if _, err := os.Stat(filepath.Join(whDir, "_icesink", "database", "icesink")); err != nil {
+		t.Errorf("no state folder of the database's coordinator: %v", err)
+	}
+	if old, _ := filepath.Glob(filepath.Join(whDir, "_icesink", "inventory.*")); len(old) > 0 {
+		t.Errorf("state folders of tables' own coordinators: %v", old)
 	}
 
 	// customers' email becomes a double: that table stops in both

@@ -355,7 +355,7 @@ func TestGRPCLookup(t *testing.T) {
 	tables := map[string]*jobtest.Table{"ns.a": {Delay: time.Millisecond}, "ns.b": {}}
 	var mu sync.Mutex
 	started := map[string]*coordinator.Coordinator{}
-	lookup := func(_ context.Context, job map[string]string, vnodeCount int) (*coordinator.Coordinator, error) {
+	lookup := func(_ context.Context, job map[string]string, vnodeCount int) (Connector, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		name := job[coordinator.JobTable]

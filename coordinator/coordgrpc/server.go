@@ -42,7 +42,26 @@ type server struct {
 // writer registered: its job (coordinator.JobTable names its table) and
 // the vnode count it routes with. A server of many tables' coordinators
 // starts a table's at its first writer. An error refuses the writer.
-type Lookup func(ctx context.Context, job map[string]string, vnodeCount int) (*coordinator.Coordinator, error)
+type Lookup func(ctx context.Context, job map[string]string, vnodeCount int) (Connector, error)
+
+// Connector is what a Lookup gives: a *coordinator.Coordinator, or a
+// table's view of one shared by many tables (sink.Database). The sessions
+// it returns must be served in process: *coordinator.LocalSession, or a
+// type that embeds one.
+type Connector interface {
+	Connect(ctx context.Context, vnodes *roaring.Bitmap, opts ...coordinator.ConnectOption) (coordinator.Session, error)
+}
+
+// localSession is what the server needs of an in-process session.
+type localSession interface {
+	coordinator.Session
+	Writer() coordinator.WriterID
+	Ended() <-chan struct{}
+	Gone() <-chan struct{}
+	Err() error
+	Barriers() <-chan uint64
+	CloseWithError(err error) error
+}
 
 // RegisterLookup adds the coordinator service to s for many coordinators:
 // each session joins the one lookup gives for it.
@@ -128,8 +147,8 @@ func (s *server) Session(stream coordpb.Coordinator_SessionServer) error {
 	if job := reg.GetJob(); len(job) > 0 {
 		opts = append(opts, coordinator.WithJob(job))
 	}
-	c := s.c
-	if c == nil {
+	var c Connector = s.c
+	if s.c == nil {
 		if c, err = s.lookup(ctx, reg.GetJob(), int(reg.GetVnodeCount())); err != nil {
 			return stream.Send(&coordpb.CoordinatorMessage{Msg: &coordpb.CoordinatorMessage_Error{Error: encodeError(err)}})
 		}
@@ -138,7 +157,11 @@ func (s *server) Session(stream coordpb.Coordinator_SessionServer) error {
 	if err != nil {
 		return stream.Send(&coordpb.CoordinatorMessage{Msg: &coordpb.CoordinatorMessage_Error{Error: encodeError(err)}})
 	}
-	ls := sess.(*coordinator.LocalSession)
+	ls, ok := sess.(localSession)
+	if !ok {
+		_ = sess.Close()
+		return status.Errorf(codes.Internal, "coordinator: a %T session cannot be served", sess)
+	}
 
 	var sendMu sync.Mutex
 	send := func(m *coordpb.CoordinatorMessage) {
