@@ -237,7 +237,7 @@ func (m *Machine) register(ev Register) error {
 	case ev.Vnodes.Maximum() >= uint32(m.cfg.Vnodes):
 		return m.refuse(ev.Writer, protocolErrorf("%v vnodes %s reach past %d", ev.Writer, FormatVnodes(ev.Vnodes), m.cfg.Vnodes-1))
 	}
-	if diff := jobDiff(m.job, ev.Job); diff != "" {
+	if diff := JobDiff(m.job, ev.Job); diff != "" {
 		return m.refuse(ev.Writer, fmt.Errorf("%w: %v writes into another job than this coordinator's: %s", ErrJobMismatch, ev.Writer, diff))
 	}
 	if m.job == nil {
@@ -832,9 +832,9 @@ func sortByVnode(ws []*writer) {
 	})
 }
 
-// jobDiff lists, key by key, where the writer's job differs from the
-// coordinator's; "" when they agree on every key both know.
-func jobDiff(have, writer map[string]string) string {
+// JobDiff lists, key by key, where a writer's job differs from the one
+// the coordinator holds (have); "" when they agree on every key both know.
+func JobDiff(have, writer map[string]string) string {
 	var diffs []string
 	for _, k := range slices.Sorted(maps.Keys(writer)) {
 		if v, ok := have[k]; ok && v != writer[k] {

@@ -418,7 +418,7 @@ func (d *Database) Remote(ctx context.Context, name string, job map[string]strin
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if diff := jobDiff(t.job, job); diff != "" {
+	if diff := coordinator.JobDiff(t.job, job); diff != "" {
 		return nil, fmt.Errorf("%w: a writer of table %s writes into another job than the table's other writers: %s", coordinator.ErrJobMismatch, name, diff)
 	}
 	if t.job == nil {
@@ -474,17 +474,6 @@ func (r *RemoteTable) Connect(ctx context.Context, vnodes *roaring.Bitmap, _ ...
 	return r.d.connect(ctx, r.t, r.name, vnodes)
 }
 
-// jobDiff lists where a writer's job differs from the table's on keys
-// both know ("" when they agree).
-func jobDiff(have, writer map[string]string) string {
-	var diffs []string
-	for _, k := range slices.Sorted(maps.Keys(writer)) {
-		if v, ok := have[k]; ok && v != writer[k] {
-			diffs = append(diffs, fmt.Sprintf("%s %q, the others' %q", k, writer[k], v))
-		}
-	}
-	return strings.Join(diffs, "; ")
-}
 
 // leave detaches table ident's sink, whose writers have closed their
 // sessions (the last one gave the slot back).
