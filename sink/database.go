@@ -474,7 +474,6 @@ func (r *RemoteTable) Connect(ctx context.Context, vnodes *roaring.Bitmap, _ ...
 	return r.d.connect(ctx, r.t, r.name, vnodes)
 }
 
-
 // leave detaches table ident's sink, whose writers have closed their
 // sessions (the last one gave the slot back).
 func (d *Database) leave(ctx context.Context, ident table.Identifier) error {
