@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +26,13 @@ import (
 // returns each table's last error.
 func runDatabaseTables(t *testing.T, ctx context.Context, wh *warehouse.Warehouse, d *sink.Database, inputs map[string][]byte) map[string]error {
 	t.Helper()
+	return runDatabaseTablesWith(t, ctx, wh, d, inputs, nil)
+}
+
+// runDatabaseTablesWith is runDatabaseTables with each table's config
+// changed by tune (nil: none).
+func runDatabaseTablesWith(t *testing.T, ctx context.Context, wh *warehouse.Warehouse, d *sink.Database, inputs map[string][]byte, tune func(name string, cfg *sink.Config)) map[string]error {
+	t.Helper()
 	errs := map[string]error{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -36,6 +44,9 @@ func runDatabaseTables(t *testing.T, ctx context.Context, wh *warehouse.Warehous
 		wg.Go(func() {
 			cfg := sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "s", Database: d,
 				Writer: deltawriter.Options{SpillDir: t.TempDir()}, KeyIndexDir: "-"}
+			if tune != nil {
+				tune(name, &cfg)
+			}
 			var err error
 			for range 20 {
 				var dec *changelog.Decoder
@@ -161,5 +172,54 @@ func TestDatabaseTableFailureLeavesOthers(t *testing.T) {
 	}
 	if pos.Line >= 1001 {
 		t.Fatalf("the bad table committed through line %d, past its bad line", pos.Line)
+	}
+}
+
+// TestDatabaseCommitRefusedForOneTable: another application appends to
+// one table while its window is resolved (after the writer reloaded the
+// table), so that table's commit of the epoch is refused for good (its
+// key index could not see the new rows). The epoch's other table commits
+// as usual and ends equal to its model; the refused table's run stops
+// naming the foreign change, and its rerun ends with its input's final
+// state plus the foreign rows.
+func TestDatabaseCommitRefusedForOneTable(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	wh, _ := newWarehouse(t)
+	d := startDatabase(t, ctx, wh, t.TempDir(), 2)
+	defer d.Close()
+	inputs := map[string][]byte{
+		"a": genInputKeys(t, 1, 3000, 300, 0),
+		"b": genInputKeys(t, 2, 3000, 300, 1000),
+	}
+	foreign := [][]any{{int64(90000), "f", int32(1), int64(100)}}
+	var once sync.Once
+	errs := runDatabaseTablesWith(t, ctx, wh, d, inputs, func(name string, cfg *sink.Config) {
+		if name != "b" {
+			return
+		}
+		cfg.Writer.Failpoint = func(point string) {
+			if point == "keyindex-resolve" {
+				once.Do(func() { foreignAppend(t, ctx, wh, table.Identifier{"db", "b"}, foreign) })
+			}
+		}
+	})
+	if errs["a"] != nil {
+		t.Fatalf("table a: %v", errs["a"])
+	}
+	checkModel(t, wh, table.Identifier{"db", "a"}, inputs["a"])
+	if err := errs["b"]; err == nil || !strings.Contains(err.Error(), "changed by another writer") {
+		t.Fatalf("table b's run ended with %v, want its commit refused for the foreign change", err)
+	}
+	if errs := runDatabaseTables(t, ctx, wh, d, map[string][]byte{"b": inputs["b"]}); errs["b"] != nil {
+		t.Fatalf("table b's rerun: %v", errs["b"])
+	}
+	want := modelUpTo(t, inputs["b"], changelog.ChangelogJSON, 1<<62)
+	kc, _ := deltawriter.NewKeyCodec(fuzzSchema)
+	row := []any{int64(90000), "f", int32(1), decimalOf(100)}
+	k, _ := kc.Append(nil, row)
+	want[string(k)] = row
+	if got := liveRowsOf(t, ctx, wh, table.Identifier{"db", "b"}); !reflect.DeepEqual(got, want) {
+		t.Fatalf("table b has %d live rows, want %d (its input's final state and the foreign row)", len(got), len(want))
 	}
 }
