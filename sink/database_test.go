@@ -223,3 +223,49 @@ func TestDatabaseCommitRefusedForOneTable(t *testing.T) {
 		t.Fatalf("table b has %d live rows, want %d (its input's final state and the foreign row)", len(got), len(want))
 	}
 }
+
+// TestDatabaseStartsAfterItsTables: a table written by a sink of its own
+// (epochs 1..N) joins a database whose state folder is new: told of the
+// table, the database starts after epoch N and the table goes on exact;
+// not told, the table is refused naming both epochs (its epochs could
+// never align with the database's).
+func TestDatabaseStartsAfterItsTables(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	wh, _ := newWarehouse(t)
+	ident := table.Identifier{"db", "x"}
+	if _, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: fuzzSchema}); err != nil {
+		t.Fatal(err)
+	}
+	first := genInputKeys(t, 5, 1500, 200, 0)
+	runInput(t, sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "s", StateDir: t.TempDir(), KeyIndexDir: "-"}, first)
+	alone, err := sink.Resume(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	input := append(append([]byte(nil), first...), genInputKeys(t, 6, 1500, 200, 0)...)
+
+	untold := startDatabase(t, ctx, wh, t.TempDir(), 1)
+	errs := runDatabaseTables(t, ctx, wh, untold, map[string][]byte{"x": input})
+	if err := errs["x"]; err == nil || !strings.Contains(err.Error(), fmt.Sprintf("holds epoch %d", alone.Epoch)) {
+		t.Fatalf("a table ahead of a new database's epochs: got %v, want a refusal naming its epoch %d", err, alone.Epoch)
+	}
+	untold.Close()
+
+	d, err := sink.StartDatabase(ctx, sink.Config{Loader: wh.Catalog, SinkID: "s", StateDir: t.TempDir(), Vnodes: 16}, 1, []table.Identifier{ident})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if errs := runDatabaseTables(t, ctx, wh, d, map[string][]byte{"x": input}); errs["x"] != nil {
+		t.Fatal(errs["x"])
+	}
+	checkModel(t, wh, ident, input)
+	pos, err := sink.Resume(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pos.Epoch <= alone.Epoch {
+		t.Fatalf("the table ends at epoch %d, not after its own %d", pos.Epoch, alone.Epoch)
+	}
+}

@@ -457,6 +457,15 @@ func (d *database) startDatabase(ctx context.Context, topics []string) (*sink.Da
 				known = append(known, ident)
 			}
 		}
+	} else {
+		// Named from their first events: every table the template spells.
+		match, err := templatePattern(d.template)
+		if err != nil {
+			return nil, err
+		}
+		if known, err = templateTables(ctx, d.wh.Catalog, match); err != nil {
+			return nil, err
+		}
 	}
 	return sink.StartDatabase(context.WithoutCancel(ctx), cfg, len(topics), known)
 }
