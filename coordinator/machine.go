@@ -807,6 +807,10 @@ func (m *Machine) Status() Status {
 			s.Writers = append(s.Writers, WriterVnodes{Writer: w.id, Vnodes: w.vnodes})
 		case rolePending:
 			s.Pending = append(s.Pending, WriterVnodes{Writer: w.id, Vnodes: w.vnodes})
+		case roleRetired:
+			// Ended its input and waits for its last result: its vnodes
+			// are not waiting for a writer.
+			s.Missing.AndNot(w.vnodes)
 		}
 	}
 	return s

@@ -244,8 +244,9 @@ type Status struct {
 	Writers []WriterVnodes
 	// Pending are the rescale registrations waiting for their boundary.
 	Pending []WriterVnodes
-	// Missing are the vnodes no live writer holds: while it is not empty
-	// and writers are live, no epoch can align.
+	// Missing are the vnodes no live (or retiring) writer holds and that
+	// are not vacant (Config.Vacant): while it is not empty and writers
+	// are live, no epoch can align.
 	Missing *roaring.Bitmap
 	// Failed is set once the machine has given up (ErrFailed).
 	Failed error
