@@ -115,7 +115,7 @@ func (f *commitFlags) register(fs *flag.FlagSet) {
 	fs.Uint64Var(&f.interval, "commit-interval", 1, "commit every `K` checkpoints")
 	fs.StringVar(&f.sinkID, "sink-id", "icesink", "sink `ID` recorded in snapshot summaries; a rerun continues from its last commit")
 	fs.StringVar(&f.commitBytes, "commit-bytes", "0", "also commit when all writers together buffer this much (e.g. 512MiB); 0 = off")
-	fs.StringVar(&f.stateDir, "state-dir", "", "`DIR` for the in-process coordinator's checkpoints (default: DIR/_icesink/NS.NAME/SINK-ID)")
+	fs.StringVar(&f.stateDir, "state-dir", "", "`DIR` for the in-process coordinator's checkpoints (default: DIR/_icesink/NS.NAME/SINK-ID; with --table-template one for all tables, DIR/_icesink/database/SINK-ID, and a given DIR gets DIR/database)")
 	f.rf.register(fs)
 	fs.BoolVar(&f.maintain, "maintain", true, "compact the table's small files (their deletes applied) every --compact-every commits, between epochs; the writers' key indexes follow (in-process writers only; --maintain=false for a table another engine maintains)")
 	f.cf.register(fs, true)
