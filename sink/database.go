@@ -63,8 +63,9 @@ const databaseCommitters = 8
 
 // StartDatabase starts the coordinator of up to slots tables' sinks, with
 // cfg's settings (Ident is ignored; Vnodes is each table's vnode count,
-// StateDir the database's state folder). It commits what the state
-// recorded before it returns. known names tables that may already hold
+// StateDir the database's state folder). The epochs its state recorded
+// are checked table by table and committed before any table's writer is
+// let in (Connect waits for them). known names tables that may already hold
 // epochs of cfg.SinkID: without a saved state, the epochs go on after the
 // highest of theirs.
 func StartDatabase(ctx context.Context, cfg Config, slots int, known []table.Identifier) (*Database, error) {
