@@ -39,8 +39,9 @@ type Database struct {
 	coord      *coordinator.Coordinator
 	closeStore func() error
 
-	mu     sync.Mutex
-	tables map[string]*dbTable // by NS.NAME
+	mu       sync.Mutex
+	tables   map[string]*dbTable // by NS.NAME
+	nextSlot int                 // slots are handed out in order, never back
 }
 
 // dbTable is one table of a Database.
@@ -212,11 +213,7 @@ func (d *Database) CommitEpoch(ctx context.Context, epoch uint64, payloads [][]b
 		}
 		byTable[name] = append(byTable[name], p)
 	}
-	names := make([]string, 0, len(byTable))
-	for name := range byTable {
-		names = append(names, name)
-	}
-	slices.Sort(names)
+	names := slices.Sorted(maps.Keys(byTable))
 	errs := make([]error, len(names))
 	sem := make(chan struct{}, databaseCommitters)
 	var wg sync.WaitGroup
@@ -312,21 +309,17 @@ func (d *Database) join(ctx context.Context, cfg Config, cm *commit.Committer) (
 	return ec, connect, nil
 }
 
-// takeSlot gives t the first free slot, unless it has one. Called with
-// d.mu held.
+// takeSlot gives t the next slot, unless it has one (a table keeps its
+// slot while the database runs). Called with d.mu held.
 func (d *Database) takeSlot(t *dbTable, name string) error {
 	if t.slot >= 0 {
 		return nil
 	}
-	used := make([]bool, d.slots)
-	for _, o := range d.tables {
-		if o.slot >= 0 {
-			used[o.slot] = true
-		}
-	}
-	if t.slot = slices.Index(used, false); t.slot < 0 {
+	if d.nextSlot == d.slots {
 		return fmt.Errorf("sink: table %s: the database's %d tables are all taken", name, d.slots)
 	}
+	t.slot = d.nextSlot
+	d.nextSlot++
 	return nil
 }
 
@@ -477,13 +470,13 @@ func (r *RemoteTable) Connect(ctx context.Context, vnodes *roaring.Bitmap, _ ...
 
 // leave detaches table ident's sink, whose writers have closed their
 // sessions (the last one gave the slot back).
-func (d *Database) leave(ctx context.Context, ident table.Identifier) error {
+func (d *Database) leave(ident table.Identifier) {
 	name := strings.Join(ident, ".")
 	d.mu.Lock()
 	t := d.tables[name]
 	if t == nil || !t.attached {
 		d.mu.Unlock()
-		return nil
+		return
 	}
 	t.attached = false
 	ec := t.ec
@@ -496,7 +489,6 @@ func (d *Database) leave(ctx context.Context, ident table.Identifier) error {
 		ec.compact, ec.metrics, ec.onCommit = nil, nil, nil
 		ec.mu.Unlock()
 	}
-	return nil
 }
 
 // dbSession is a table writer's session with the database's coordinator:
@@ -568,7 +560,7 @@ func (d *Database) checkRecorded(ctx context.Context, store coordinator.StateSto
 	if err != nil {
 		return err
 	}
-	dropped := map[string]uint64{} // table -> first epoch dropped
+	dropped := map[string]bool{} // tables whose parts are dropped from here on
 	changed := false
 	for i, e := range st.Epochs {
 		if e.Epoch <= st.LastCommitted {
@@ -590,7 +582,7 @@ func (d *Database) checkRecorded(ctx context.Context, store coordinator.StateSto
 			byTable[name] = append(byTable[name], p)
 		}
 		for _, name := range slices.Sorted(maps.Keys(byTable)) {
-			if _, gone := dropped[name]; gone {
+			if dropped[name] {
 				continue
 			}
 			why, err := d.checkTableRecorded(ctx, name, byTable[name])
@@ -598,14 +590,14 @@ func (d *Database) checkRecorded(ctx context.Context, store coordinator.StateSto
 				return fmt.Errorf("recorded epoch %d, table %s: %w", e.Epoch, name, err)
 			}
 			if why != "" {
-				dropped[name] = e.Epoch
+				dropped[name] = true
 				d.logger().Warn("sink: a table's recorded epochs dropped; their input is written again", "table", name, "from-epoch", e.Epoch, "reason", why)
 			}
 		}
 		kept := e.Parts[:0]
 		for _, part := range e.Parts {
 			name, _, _ := unframePayload(part.Payload)
-			if from, gone := dropped[name]; gone && len(part.Payload) > 0 && e.Epoch >= from {
+			if dropped[name] && len(part.Payload) > 0 {
 				changed = true
 				continue
 			}

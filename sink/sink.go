@@ -386,12 +386,7 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 		if ec, connect, err = db.join(ctx, cfg, cm); err != nil {
 			return res, err
 		}
-		defer func() {
-			// After the writers closed their sessions (deferred later).
-			if lerr := db.leave(ctx, cfg.Ident); lerr != nil && err == nil {
-				err = lerr
-			}
-		}()
+		defer db.leave(cfg.Ident) // after the writers closed their sessions (deferred later)
 		defer ec.waitMaintenance()
 	} else if connect == nil {
 		var coord *coordinator.Coordinator

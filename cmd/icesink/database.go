@@ -166,19 +166,6 @@ func forTable(base sink.Config, ident table.Identifier) sink.Config {
 	return base
 }
 
-// tableStateDir is the folder of the coordinator's checkpoints of table
-// name in a database: DIR/NS.NAME under a given --state-dir DIR, else
-// WAREHOUSE/_icesink/NS.NAME/SINK-ID (a local warehouse only).
-func tableStateDir(whDir, stateDir, name, sinkID string) (string, error) {
-	if stateDir != "" {
-		return filepath.Join(stateDir, name), nil
-	}
-	if warehouse.IsObjectStore(whDir) {
-		return "", fmt.Errorf("%w: --state-dir: with an object-storage warehouse, give a local folder for the coordinators' checkpoints", errUsage)
-	}
-	return filepath.Join(whDir, "_icesink", name, sinkID), nil
-}
-
 // databaseStateDir is the folder of the checkpoints of the coordinator of
 // a database's tables in one process: DIR/database under a given
 // --state-dir DIR, else WAREHOUSE/_icesink/database/SINK-ID (a local
@@ -611,9 +598,10 @@ func (d *database) runTable(ctx context.Context, topic string, budget *sink.Budg
 	}
 	in := &restartableInput{kafka: src, kf: &kf, reg: cfg.Registerer, format: d.format, schema: tbl.Schema(), dbz: d.dbz, stop: stop}
 	r.res, r.err = in.run(ctx, context.WithoutCancel(ctx), cfg, src, cfg.Logger)
-	for errors.Is(r.err, coordinator.ErrAborted) {
+	for idle := 0; errors.Is(r.err, coordinator.ErrAborted) && idle < 10; {
 		// Another table stopped with a window open, which aborted every
-		// table's: this one goes on from what it committed.
+		// table's: this one goes on from what it committed. Ten aborts
+		// in a row with no commit end it (its own failure, say).
 		cfg.Logger.Info("another table's failure aborted the open window; going on from the table's offsets", "err", r.err)
 		again, err := in.reopen(ctx)
 		if err != nil {
@@ -622,6 +610,9 @@ func (d *database) runTable(ctx context.Context, topic string, budget *sink.Budg
 		}
 		prev := r.res
 		r.res, r.err = in.run(ctx, context.WithoutCancel(ctx), cfg, again, cfg.Logger)
+		if idle++; r.res.Commits > 0 {
+			idle = 0
+		}
 		r.res.Start, r.res.Commits, r.res.Changes = prev.Start, r.res.Commits+prev.Commits, r.res.Changes+prev.Changes
 	}
 	in.kafka.Close()
