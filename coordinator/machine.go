@@ -799,20 +799,24 @@ func (m *Machine) Status() Status {
 	for _, e := range m.undecided {
 		s.Undecided = append(s.Undecided, e.epoch)
 	}
-	s.Missing = roaring.AndNot(m.all, m.vacant)
+	// Held vnodes are gathered first and taken out of the rest at once: a
+	// database's hundreds of writers, taken out one by one, made Status a
+	// twentieth of a 200-table run's CPU.
+	held := []*roaring.Bitmap{m.vacant}
 	for _, w := range m.sortedWriters() {
 		switch w.role {
 		case roleActive:
-			s.Missing.AndNot(w.vnodes)
+			held = append(held, w.vnodes)
 			s.Writers = append(s.Writers, WriterVnodes{Writer: w.id, Vnodes: w.vnodes})
 		case rolePending:
 			s.Pending = append(s.Pending, WriterVnodes{Writer: w.id, Vnodes: w.vnodes})
 		case roleRetired:
 			// Ended its input and waits for its last result: its vnodes
 			// are not waiting for a writer.
-			s.Missing.AndNot(w.vnodes)
+			held = append(held, w.vnodes)
 		}
 	}
+	s.Missing = roaring.AndNot(m.all, roaring.FastOr(held...))
 	return s
 }
 
