@@ -38,7 +38,8 @@
 //	res, err := bench.Run(ctx, opts)
 //	if err != nil { ... }
 //	bench.WriteMarkdown(os.Stdout, res)         // the table and the ratios
-//	err = bench.WriteReport("bench-out", res)   // results.json, report.md, PNG plots
+//	err = bench.WriteReport("bench-out", res)   // results.json, report.md
+//	// the PNG plots: package bench/plots, or go run ./cmd/icesink-plot bench-out
 //
 // The `go test -bench` benchmarks of this package (BenchmarkWriterUpsert,
 // BenchmarkAppendBaseline, BenchmarkParquetFloor, BenchmarkScan,

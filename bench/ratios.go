@@ -57,7 +57,7 @@ func ratios(r *Results) []Ratio {
 	rss := func(x *RunResult) float64 { return float64(x.PeakRSS) }
 	for i := range r.Scenarios {
 		w := &r.Scenarios[i]
-		if !w.Kind.writes() {
+		if !w.Kind.Writes() {
 			continue
 		}
 		bounded := w.Kind == Bounded
@@ -153,7 +153,7 @@ func pair(name string, a, b *ScenarioResult, num, den func(*RunResult) float64, 
 // countOf formats a per-run count (the same in every repeat, the stream
 // being seeded) as the median run has it.
 func countOf(s *ScenarioResult, f func(*RunResult) int64) string {
-	if m := s.medianRun(); m != nil {
+	if m := s.MedianRun(); m != nil {
 		return fmt.Sprint(f(m))
 	}
 	return "?"

@@ -11,16 +11,21 @@ import (
 
 // The files WriteReport writes.
 const (
-	ResultsFile    = "results.json"
-	ReportFile     = "report.md"
-	PlotRSSWindow  = "rss_vs_window.png"
-	PlotMemoryTime = "memory_over_time.png"
-	PlotThroughput = "throughput.png"
+	ResultsFile = "results.json"
+	ReportFile  = "report.md"
 )
 
-// WriteReport writes results.json, report.md and the PNG plots into dir,
-// creating it.
-func WriteReport(dir string, r *Results) error {
+// Plot is a figure in the report folder that report.md shows (the
+// plots are drawn by package bench/plots, which the sink's binary does
+// not link).
+type Plot struct {
+	Name  string // file name in the report folder
+	Title string
+}
+
+// WriteReport writes results.json and report.md into dir, creating it;
+// report.md shows plots, files already in dir.
+func WriteReport(dir string, r *Results, plots ...Plot) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("bench: report folder: %w", err)
 	}
@@ -30,10 +35,6 @@ func WriteReport(dir string, r *Results) error {
 	}
 	if err := os.WriteFile(filepath.Join(dir, ResultsFile), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("bench: %w", err)
-	}
-	plots, err := writePlots(dir, r)
-	if err != nil {
-		return err
 	}
 	var md strings.Builder
 	writeReportMarkdown(&md, r, plots)
@@ -59,17 +60,17 @@ func writeTable(b *strings.Builder, r *Results) {
 	b.WriteString("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 	for i := range r.Scenarios {
 		s := &r.Scenarios[i]
-		m := s.medianRun()
+		m := s.MedianRun()
 		sm := s.Summary
 		dash := "–"
 		acc, spill, files, live, eqRows, scanS, scanR := dash, dash, dash, dash, dash, dash, dash
-		if s.Kind.writes() {
+		if s.Kind.Writes() {
 			acc = mib(sm.PeakAccounted.Median)
 			spill = fmt.Sprintf("%s (%.0f)", mib(sm.BytesSpilled.Median), sm.Spills.Median)
 		}
 		if m != nil {
 			files = fmt.Sprintf("%d/%d/%d", m.Data.Files, m.PositionDeletes.Files, m.EqualityDeletes.Files)
-			if s.Kind.writes() {
+			if s.Kind.Writes() {
 				eqRows = fmt.Sprint(m.EqualityDeletes.Rows)
 				live = fmt.Sprintf("%d/%d/%d", m.LiveDataFiles, m.LiveDeleteFiles, m.LiveManifests)
 			}
@@ -120,7 +121,7 @@ func writeWarnings(b *strings.Builder, r *Results) {
 	}
 }
 
-func writeReportMarkdown(b *strings.Builder, r *Results, plots []plotFile) {
+func writeReportMarkdown(b *strings.Builder, r *Results, plots []Plot) {
 	c := r.Config
 	st := c.Stream
 	b.WriteString("# icesink bench\n\n")
@@ -165,7 +166,7 @@ func writeReportMarkdown(b *strings.Builder, r *Results, plots []plotFile) {
 	if len(plots) > 0 {
 		b.WriteString("\n## Plots\n\n")
 		for _, p := range plots {
-			fmt.Fprintf(b, "![%s](%s)\n\n", p.title, p.name)
+			fmt.Fprintf(b, "![%s](%s)\n\n", p.Title, p.Name)
 		}
 	}
 	b.WriteString("## How it was measured\n\n")

@@ -195,9 +195,9 @@ func (sr *ScenarioResult) summarize() {
 	}
 }
 
-// medianRun returns the run whose rows/s is the median (the lower middle
-// for an even count), the one the plots draw.
-func (sr *ScenarioResult) medianRun() *RunResult {
+// MedianRun returns the run whose rows/s is the median (the lower middle
+// for an even count), the one the plots draw; nil without runs.
+func (sr *ScenarioResult) MedianRun() *RunResult {
 	if len(sr.Runs) == 0 {
 		return nil
 	}

@@ -58,8 +58,8 @@ func (k *Kind) UnmarshalText(b []byte) error {
 	return fmt.Errorf("unknown scenario kind %q", b)
 }
 
-// writes reports whether the kind runs the upsert writer.
-func (k Kind) writes() bool { return k == Unbounded || k == Bounded }
+// Writes reports whether the kind runs the upsert writer.
+func (k Kind) Writes() bool { return k == Unbounded || k == Bounded }
 
 // Scenario is one named way of writing the stream.
 type Scenario struct {

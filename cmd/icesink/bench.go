@@ -95,7 +95,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	rewrite := fs.Float64("rewrite-deleted", 0, "writers rewrite at commit each data file of which this `SHARE` of rows was deleted in the window (0: never)")
 	workDir := fs.String("work-dir", "", "`DIR` for the runs' warehouses and spill files (default: the OS temp dir)")
 	keep := fs.Bool("keep", false, "keep each run's folder")
-	out := fs.String("out", "", "write results.json, report.md and PNG plots into `DIR`")
+	out := fs.String("out", "", "write results.json and report.md into `DIR` (PNG plots: go run ./cmd/icesink-plot DIR)")
 	interval := fs.Duration("sample-interval", 20*time.Millisecond, "memory sampling period")
 	goLimit := fs.String("go-memory-limit", "auto", "Go soft memory limit during the runs: auto (bounded runs get what `icesink run --memory-limit` sets, 1.25 x budget + 48MiB, unless GOMEMLIMIT is set; others none), none (the process's), or a `SIZE` for every run")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole bench to `FILE` (pick scenarios with --scenarios)")
@@ -217,7 +217,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return err
 		}
 		if !*quiet {
-			fmt.Fprintf(stderr, "icesink bench: wrote %s, %s and plots to %s\n", bench.ResultsFile, bench.ReportFile, *out)
+			fmt.Fprintf(stderr, "icesink bench: wrote %s and %s to %s (plots: go run ./cmd/icesink-plot %s)\n", bench.ResultsFile, bench.ReportFile, *out, *out)
 		}
 	}
 	return nil

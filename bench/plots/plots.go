@@ -1,4 +1,8 @@
-package bench
+// Package plots draws the figures of a benchmark report (peak RSS against
+// the window, memory over time, throughput) as PNG files with gonum's
+// plot. It is kept out of package bench so that the icesink binary does
+// not link a plotting library and its fonts; cmd/icesink-plot uses it.
+package plots
 
 import (
 	"fmt"
@@ -9,33 +13,36 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+
+	"github.com/icesink/icesink/bench"
 )
 
-// plotFile is a plot written by writePlots.
-type plotFile struct {
-	name  string // file name in the report folder
-	title string
-}
+// The files Write writes.
+const (
+	RSSWindow  = "rss_vs_window.png"
+	MemoryTime = "memory_over_time.png"
+	Throughput = "throughput.png"
+)
 
 const (
 	plotWidth  = 9 * vg.Inch
 	plotHeight = 5.5 * vg.Inch
 )
 
-// writePlots writes the PNG plots of r into dir and returns them; a plot
-// with nothing to draw is left out.
-func writePlots(dir string, r *Results) ([]plotFile, error) {
-	var out []plotFile
-	for _, f := range []func(*Results) (*plot.Plot, plotFile, error){rssVsWindow, memoryOverTime, throughput} {
+// Write writes the PNG plots of r into dir and returns them, for
+// bench.WriteReport; a plot with nothing to draw is left out.
+func Write(dir string, r *bench.Results) ([]bench.Plot, error) {
+	var out []bench.Plot
+	for _, f := range []func(*bench.Results) (*plot.Plot, bench.Plot, error){rssVsWindow, memoryOverTime, throughput} {
 		p, pf, err := f(r)
 		if err != nil {
-			return nil, fmt.Errorf("bench: plot %s: %w", pf.name, err)
+			return nil, fmt.Errorf("plots: plot %s: %w", pf.Name, err)
 		}
 		if p == nil {
 			continue
 		}
-		if err := p.Save(plotWidth, plotHeight, filepath.Join(dir, pf.name)); err != nil {
-			return nil, fmt.Errorf("bench: saving plot %s: %w", pf.name, err)
+		if err := p.Save(plotWidth, plotHeight, filepath.Join(dir, pf.Name)); err != nil {
+			return nil, fmt.Errorf("plots: saving plot %s: %w", pf.Name, err)
 		}
 		out = append(out, pf)
 	}
@@ -102,8 +109,8 @@ func addLine(p *plot.Plot, xys plotter.XYs, color, dash int, label string) error
 
 // rssVsWindow draws, per writer scenario, the running peak of RSS against
 // the number of changes written in the window (the median run).
-func rssVsWindow(r *Results) (*plot.Plot, plotFile, error) {
-	pf := plotFile{name: PlotRSSWindow, title: "Peak RSS vs window length, unbounded vs bounded"}
+func rssVsWindow(r *bench.Results) (*plot.Plot, bench.Plot, error) {
+	pf := bench.Plot{Name: RSSWindow, Title: "Peak RSS vs window length, unbounded vs bounded"}
 	div, unit := countScale(float64(r.Config.Stream.Rows))
 	xl := "window length (changes since the last commit"
 	if r.Config.CommitEvery > 0 {
@@ -113,12 +120,12 @@ func rssVsWindow(r *Results) (*plot.Plot, plotFile, error) {
 		xl += ", " + unit
 	}
 	xl += ")"
-	p := newPlot(pf.title, xl, "peak RSS so far (MiB)")
+	p := newPlot(pf.Title, xl, "peak RSS so far (MiB)")
 	drawn := 0
 	for i := range r.Scenarios {
 		s := &r.Scenarios[i]
-		m := s.medianRun()
-		if !s.Kind.writes() || m == nil {
+		m := s.MedianRun()
+		if !s.Kind.Writes() || m == nil {
 			continue
 		}
 		var xys plotter.XYs
@@ -130,7 +137,7 @@ func rssVsWindow(r *Results) (*plot.Plot, plotFile, error) {
 		if err := addLine(p, xys, i, 0, s.Name); err != nil {
 			return nil, pf, err
 		}
-		if s.Kind == Bounded && len(xys) > 0 {
+		if s.Kind == bench.Bounded && len(xys) > 0 {
 			bound := float64(2*s.MemoryLimit+64<<20) / (1 << 20)
 			line := plotter.XYs{{X: 0, Y: bound}, {X: xys[len(xys)-1].X, Y: bound}}
 			if err := addLine(p, line, i, 2, s.Name+": 2 × budget + 64MiB"); err != nil {
@@ -147,13 +154,13 @@ func rssVsWindow(r *Results) (*plot.Plot, plotFile, error) {
 
 // memoryOverTime draws RSS (solid) and Go heap (dashed) over time for
 // every scenario (the median run).
-func memoryOverTime(r *Results) (*plot.Plot, plotFile, error) {
-	pf := plotFile{name: PlotMemoryTime, title: "Memory over time (RSS solid, Go heap dashed)"}
-	p := newPlot(pf.title, "time since the run's start (s)", "memory (MiB)")
+func memoryOverTime(r *bench.Results) (*plot.Plot, bench.Plot, error) {
+	pf := bench.Plot{Name: MemoryTime, Title: "Memory over time (RSS solid, Go heap dashed)"}
+	p := newPlot(pf.Title, "time since the run's start (s)", "memory (MiB)")
 	drawn := 0
 	for i := range r.Scenarios {
 		s := &r.Scenarios[i]
-		m := s.medianRun()
+		m := s.MedianRun()
 		if m == nil || len(m.Series) == 0 {
 			continue
 		}
@@ -186,8 +193,8 @@ func (b barErrors) YError(i int) (float64, float64) { return b.y[i] - b.lo[i], b
 
 // throughput draws rows/s per scenario: the median as a bar, min and max
 // as error bars.
-func throughput(r *Results) (*plot.Plot, plotFile, error) {
-	pf := plotFile{name: PlotThroughput, title: "Throughput per scenario (bar: median; whiskers: min–max over the repeats)"}
+func throughput(r *bench.Results) (*plot.Plot, bench.Plot, error) {
+	pf := bench.Plot{Name: Throughput, Title: "Throughput per scenario (bar: median; whiskers: min–max over the repeats)"}
 	var names []string
 	var be barErrors
 	top := 0.0
@@ -212,7 +219,7 @@ func throughput(r *Results) (*plot.Plot, plotFile, error) {
 	if unit != "" {
 		yl = "rows/s (" + unit + ")"
 	}
-	p := newPlot(pf.title, "scenario (writers: changes/s; baselines: final rows/s)", yl)
+	p := newPlot(pf.Title, "scenario (writers: changes/s; baselines: final rows/s)", yl)
 	bars, err := plotter.NewBarChart(plotter.Values(be.y), vg.Points(40))
 	if err != nil {
 		return nil, pf, err
