@@ -22,6 +22,7 @@ import (
 	"github.com/icesink/icesink/changelog"
 	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/internal/procstat"
 	"github.com/icesink/icesink/sink"
 	"github.com/icesink/icesink/warehouse"
 )
@@ -226,7 +227,8 @@ func measureHistory(n int, at []time.Duration, metaDir string, tbl *table.Table,
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	p.LiveHeap = int64(ms.HeapAlloc)
-	p.RSS, p.PeakRSS, _ = readStatus()
+	st := procstat.Read()
+	p.RSS, p.PeakRSS = st.RSS, st.HWM
 	_ = filepath.WalkDir(metaDir, func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			if info, err := d.Info(); err == nil {

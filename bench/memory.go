@@ -1,15 +1,15 @@
 package bench
 
 import (
-	"bytes"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/icesink/icesink/internal/procstat"
 )
 
 // Sample is one point of a run's memory-over-time series.
@@ -71,7 +71,7 @@ func startSampler(interval time.Duration, cell *progressCell) *sampler {
 	// Writing 5 to clear_refs resets VmHWM to the current RSS (Linux 4.0+),
 	// so the peak read at the end belongs to this run alone.
 	s.hwmReset = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
-	_, _, s.startFile = readStatus()
+	s.startFile = procstat.Read().File
 	s.start = time.Now()
 	s.take()
 	s.done.Add(1)
@@ -94,7 +94,7 @@ func (s *sampler) loop() {
 }
 
 func (s *sampler) take() {
-	rss, _, _ := readStatus()
+	rss := procstat.Read().RSS
 	metrics.Read(s.heap)
 	var heap int64
 	if v := s.heap[0].Value; v.Kind() == metrics.KindUint64 {
@@ -140,7 +140,7 @@ func (s *sampler) finish() memoryFigures {
 		m.peakAcc = max(m.peakAcc, smp.Accounted)
 	}
 	if s.hwmReset {
-		if _, hwm, _ := readStatus(); hwm > 0 {
+		if hwm := procstat.Read().HWM; hwm > 0 {
 			m.peakRSS = max(m.peakRSS, hwm)
 			m.exactPeak = true
 		}
@@ -171,34 +171,4 @@ func downsample(ss []Sample, n int) []Sample {
 		out = append(out, m)
 	}
 	return out
-}
-
-// readStatus returns VmRSS, VmHWM and RssFile of /proc/self/status in
-// bytes, or zeros where the file does not exist.
-func readStatus() (rss, hwm, file int64) {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0, 0, 0
-	}
-	for line := range bytes.SplitSeq(b, []byte{'\n'}) {
-		switch {
-		case bytes.HasPrefix(line, []byte("VmRSS:")):
-			rss = parseKB(line[len("VmRSS:"):])
-		case bytes.HasPrefix(line, []byte("VmHWM:")):
-			hwm = parseKB(line[len("VmHWM:"):])
-		case bytes.HasPrefix(line, []byte("RssFile:")):
-			file = parseKB(line[len("RssFile:"):])
-		}
-	}
-	return rss, hwm, file
-}
-
-func parseKB(b []byte) int64 {
-	b = bytes.TrimSpace(b)
-	b = bytes.TrimSuffix(b, []byte("kB"))
-	n, err := strconv.ParseInt(string(bytes.TrimSpace(b)), 10, 64)
-	if err != nil {
-		return 0
-	}
-	return n << 10
 }

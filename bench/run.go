@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/internal/procstat"
 )
 
 // Options configure Run. Zero values take the defaults.
@@ -380,14 +381,7 @@ func environment() Environment {
 			}
 		}
 	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		for line := range strings.SplitSeq(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "MemTotal:"); ok {
-				e.MemTotal = parseKB([]byte(v))
-				break
-			}
-		}
-	}
+	e.MemTotal = procstat.MemTotal()
 	return e
 }
 

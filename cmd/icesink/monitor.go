@@ -1,11 +1,10 @@
 package main
 
 import (
-	"os"
 	"runtime/metrics"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/icesink/icesink/internal/procstat"
 )
 
 // peaks are the process's memory peaks over a run.
@@ -30,10 +29,10 @@ func startMonitor() *monitor {
 		for {
 			metrics.Read(sample)
 			p.heap = max(p.heap, sample[0].Value.Uint64())
-			p.rss = max(p.rss, rss())
+			p.rss = max(p.rss, uint64(procstat.Read().RSS))
 			select {
 			case <-m.stopc:
-				p.rss = max(p.rss, hwm())
+				p.rss = max(p.rss, uint64(procstat.Read().HWM))
 				m.done <- p
 				return
 			case <-t.C:
@@ -46,27 +45,4 @@ func startMonitor() *monitor {
 func (m *monitor) stop() peaks {
 	close(m.stopc)
 	return <-m.done
-}
-
-// rss reads VmRSS from /proc/self/status (0 where there is none).
-func rss() uint64 { return procStatus("VmRSS:") }
-
-// hwm reads the process's peak RSS, VmHWM.
-func hwm() uint64 { return procStatus("VmHWM:") }
-
-func procStatus(field string) uint64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, field); ok {
-			f := strings.Fields(rest)
-			if len(f) > 0 {
-				n, _ := strconv.ParseUint(f[0], 10, 64)
-				return n << 10
-			}
-		}
-	}
-	return 0
 }
