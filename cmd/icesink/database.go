@@ -210,6 +210,9 @@ type database struct {
 	stderr    io.Writer
 	quiet     bool
 	stats     bool
+	// memProfile is --memprofile: where the heap profile nearest the
+	// run's peak goes.
+	memProfile string
 	// grouped: one of several processes of a consumer group, each table's
 	// writer joining its coordinator at the server --coordinator names.
 	grouped                bool
@@ -261,7 +264,7 @@ func (d *database) run(ctx context.Context, listed []string, regex string, refre
 		return err
 	}
 	total := map[string]*tableRun{}
-	mon := startMonitor()
+	mon := startMonitor(d.memProfile)
 	for {
 		runs, grown, err := d.round(ctx, topics, listed, regex, refresh)
 		if err != nil {
@@ -287,6 +290,9 @@ func (d *database) run(ctx context.Context, listed []string, regex string, refre
 		topics = grown
 	}
 	peak := mon.stop()
+	if peak.profileErr != nil {
+		fmt.Fprintf(d.stderr, "icesink: --memprofile: %v\n", peak.profileErr)
+	}
 	var errs []error
 	var sum sink.Result
 	for _, t := range topics {

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
+	"os"
 	"runtime/metrics"
+	"runtime/pprof"
 	"time"
 
 	"github.com/icesink/icesink/internal/procstat"
@@ -11,6 +15,9 @@ import (
 type peaks struct {
 	heap uint64 // Go heap objects, bytes
 	rss  uint64 // resident set size, bytes
+	// profileErr is why the heap profile (--memprofile) could not be
+	// written, if it could not.
+	profileErr error
 }
 
 // monitor samples the Go heap and the process RSS every 20 ms.
@@ -19,10 +26,17 @@ type monitor struct {
 	done  chan peaks
 }
 
-func startMonitor() *monitor {
+// startMonitor starts sampling. With heapProfile set, it writes the heap
+// profile there whenever the Go heap passes the peak of its last profile
+// by a tenth (at most once a second): the file ends as the profile taken
+// nearest the run's peak (what the last collection found live then, and
+// where it was allocated).
+func startMonitor(heapProfile string) *monitor {
 	m := &monitor{stopc: make(chan struct{}), done: make(chan peaks, 1)}
 	go func() {
 		var p peaks
+		var profiled uint64
+		var last time.Time
 		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
 		t := time.NewTicker(20 * time.Millisecond)
 		defer t.Stop()
@@ -30,6 +44,10 @@ func startMonitor() *monitor {
 			metrics.Read(sample)
 			p.heap = max(p.heap, sample[0].Value.Uint64())
 			p.rss = max(p.rss, uint64(procstat.Read().RSS))
+			if heapProfile != "" && p.profileErr == nil && p.heap > profiled+profiled/10 && time.Since(last) >= time.Second {
+				p.profileErr = writeHeapProfile(heapProfile)
+				profiled, last = p.heap, time.Now()
+			}
 			select {
 			case <-m.stopc:
 				p.rss = max(p.rss, uint64(procstat.Read().HWM))
@@ -45,4 +63,16 @@ func startMonitor() *monitor {
 func (m *monitor) stop() peaks {
 	close(m.stopc)
 	return <-m.done
+}
+
+// writeHeapProfile replaces the file at path with the heap profile.
+func writeHeapProfile(path string) error {
+	var b bytes.Buffer
+	if err := pprof.Lookup("heap").WriteTo(&b, 0); err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	if err := os.WriteFile(path, b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return nil
 }

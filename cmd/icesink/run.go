@@ -142,7 +142,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	defer stopMetrics()
 	if db.enabled() {
 		d := &database{wh: wh, base: cfg, kf: kf, format: fmtv, dbz: dbz, evolve: inf.evolve, spec: spec, overrides: db.overrides,
-			template: db.template, warehouse: tf.warehouse, stdout: stdout, stderr: stderr, quiet: rpf.quiet, stats: rpf.stats,
+			template: db.template, warehouse: tf.warehouse, stdout: stdout, stderr: stderr, quiet: rpf.quiet, stats: rpf.stats, memProfile: rpf.memProfile,
 			grouped: kf.grouped(), vnodesGiven: isSet(fs, "vnode-count"), rowsGiven: isSet(fs, "checkpoint-rows")}
 		return d.run(ctx, db.topics(kf.topic), db.regex, db.refresh)
 	}
@@ -194,7 +194,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			}
 		}
 	}
-	mon := startMonitor()
+	mon := startMonitor(rpf.memProfile)
 	var res sink.Result
 	if kf.grouped() {
 		res, err = kf.runGroup(ctx, cfg, tbl.Schema(), fmtv, dbz, isSet(fs, "vnode-count"), isSet(fs, "checkpoint-rows"), cfg.Logger)
@@ -204,6 +204,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		inFile, ksrc = in.file, in.kafka // closed by the deferred calls
 	}
 	peak := mon.stop()
+	if peak.profileErr != nil {
+		fmt.Fprintf(stderr, "icesink: --memprofile: %v\n", peak.profileErr)
+	}
 	if cfg.Progress != nil {
 		fmt.Fprintln(stderr)
 	}

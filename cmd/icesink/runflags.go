@@ -220,6 +220,7 @@ type reportFlags struct {
 	metricsAddr  string
 	logFormat    string
 	cpuProfile   string
+	memProfile   string
 }
 
 func (f *reportFlags) register(fs *flag.FlagSet) {
@@ -228,6 +229,7 @@ func (f *reportFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logFormat, "log-format", "text", "`FORMAT` of log lines (the commit log without a terminal, the coordinator's warnings): text or json")
 	fs.BoolVar(&f.stats, "stats", false, "print the writer's statistics at the end")
 	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to `FILE` (read it with go tool pprof)")
+	fs.StringVar(&f.memProfile, "memprofile", "", "write the heap profile taken nearest the run's peak Go heap to `FILE` (read it with go tool pprof)")
 }
 
 // apply sets cfg's logger, progress report and metrics registry and
