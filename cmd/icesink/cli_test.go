@@ -98,6 +98,31 @@ func TestSampleRoundTrip(t *testing.T) {
 	}
 }
 
+// TestMemProfile: --memprofile leaves a heap profile (gzipped protobuf, as
+// runtime/pprof writes it) behind a run, and a file it cannot write is
+// said, without failing the run.
+func TestMemProfile(t *testing.T) {
+	dir := t.TempDir()
+	prof := filepath.Join(dir, "heap.prof")
+	args := []string{"run", "--warehouse", filepath.Join(dir, "wh"), "--table", "demo.orders", "--schema", "../../testdata/orders.schema.json",
+		"--input", "../../testdata/orders.changelog.jsonl", "--quiet", "--memprofile"}
+	if _, stderr, code := icesink(t, append(args, prof)...); code != 0 {
+		t.Fatalf("run exited %d: %s", code, stderr)
+	}
+	b, err := os.ReadFile(prof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) < 100 || b[0] != 0x1f || b[1] != 0x8b {
+		t.Fatalf("heap profile of %d bytes starting %x", len(b), b[:min(len(b), 4)])
+	}
+	bad := filepath.Join(dir, "no-such-folder", "heap.prof")
+	args[2] = filepath.Join(dir, "wh2")
+	if _, stderr, code := icesink(t, append(args, bad)...); code != 0 || !strings.Contains(stderr, "--memprofile") || !strings.Contains(stderr, "no-such-folder") {
+		t.Fatalf("run with an unwritable profile exited %d: %s", code, stderr)
+	}
+}
+
 var cliSchema = iceberg.NewSchemaWithIdentifiers(0, []int{1},
 	iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true},
 	iceberg.NestedField{ID: 2, Name: "name", Type: iceberg.PrimitiveTypes.String},
