@@ -319,7 +319,7 @@ func tiered(tasks []table.FileScanTask, budget int64, deleteFiles int) ([]table.
 // fileLister lists the data and delete files of snapshots, reading each
 // manifest once however many of them list it (a table's retained
 // snapshots share most of their manifests: reading them per snapshot made
-// a sink's history upkeep a third of a run of small commits).
+// a sink's history upkeep over a quarter of a run of small commits).
 type fileLister struct {
 	fsys  icebergio.IO
 	lists map[string][]iceberg.ManifestFile // manifest list path: its manifests
@@ -333,12 +333,14 @@ func newFileLister(fsys icebergio.IO) *fileLister {
 // add puts the files snapshot s lists into into.
 func (l *fileLister) add(s *table.Snapshot, into map[string]struct{}) error {
 	mans, ok := l.lists[s.ManifestList]
-	if !ok || s.ManifestList == "" {
+	if !ok {
 		var err error
 		if mans, err = s.Manifests(l.fsys); err != nil {
 			return fmt.Errorf("commit: reading the manifest list of snapshot %d: %w", s.SnapshotID, err)
 		}
-		l.lists[s.ManifestList] = mans
+		if s.ManifestList != "" { // a v1 snapshot may embed its manifests instead
+			l.lists[s.ManifestList] = mans
+		}
 	}
 	for _, m := range mans {
 		paths, ok := l.files[m.FilePath()]

@@ -28,9 +28,14 @@ func main() {
 
 // run plots every report folder of args.
 func run(args []string, stderr io.Writer) error {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
-		fmt.Fprintln(stderr, "usage: icesink-plot DIR [DIR ...]   (DIR: the --out folder of icesink bench)")
+	const usage = "usage: icesink-plot DIR [DIR ...]   (DIR: the --out folder of icesink bench)"
+	switch {
+	case len(args) == 0:
+		fmt.Fprintln(stderr, usage)
 		return errors.New("no report folder given")
+	case args[0] == "-h" || args[0] == "--help":
+		fmt.Fprintln(stderr, usage)
+		return nil
 	}
 	for _, dir := range args {
 		res, err := bench.ReadResults(filepath.Join(dir, bench.ResultsFile))
