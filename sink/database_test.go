@@ -5,6 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -267,5 +271,101 @@ func TestDatabaseStartsAfterItsTables(t *testing.T) {
 	}
 	if pos.Epoch <= alone.Epoch {
 		t.Fatalf("the table ends at epoch %d, not after its own %d", pos.Epoch, alone.Epoch)
+	}
+}
+
+// TestDatabaseFinalWindowPreparedEarly: a table whose input ends writes
+// its last window's files at once (a final epoch always commits), while
+// another table of the same epoch still reads, instead of after the last
+// table's report; once the other input ends too, both tables equal their
+// models.
+func TestDatabaseFinalWindowPreparedEarly(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	wh, _ := newWarehouse(t)
+	d := startDatabase(t, ctx, wh, t.TempDir(), 2)
+	defer d.Close()
+	// No barrier: each table's one epoch is its final one.
+	noBarriers := func(in []byte) []byte {
+		var out []byte
+		for line := range bytes.Lines(in) {
+			if strings.TrimSpace(string(line)) != changelog.BarrierLine {
+				out = append(out, line...)
+			}
+		}
+		return out
+	}
+	inputs := map[string][]byte{
+		"early": noBarriers(genInputKeys(t, 7, 400, 60, 0)),
+		"late":  noBarriers(genInputKeys(t, 8, 400, 60, 1000)),
+	}
+	half := bytes.Index(inputs["late"][len(inputs["late"])/2:], []byte("\n")) + len(inputs["late"])/2 + 1
+	pr, pw := io.Pipe()
+	release := make(chan struct{})
+	go func() {
+		if _, err := pw.Write(inputs["late"][:half]); err != nil {
+			return
+		}
+		<-release
+		_, _ = pw.Write(inputs["late"][half:])
+		pw.Close()
+	}()
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	defer open()
+
+	errs := make(map[string]error)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for name, in := range map[string]io.Reader{"early": bytes.NewReader(inputs["early"]), "late": pr} {
+		ident := table.Identifier{"db", name}
+		if _, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: fuzzSchema}); err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			cfg := sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "s", Database: d,
+				Writer: deltawriter.Options{SpillDir: t.TempDir()}, KeyIndexDir: "-"}
+			dec, err := changelog.NewDecoder(in, changelog.ChangelogJSON, fuzzSchema)
+			if err == nil {
+				_, err = sink.Run(ctx, cfg, dec)
+			}
+			mu.Lock()
+			errs[name] = err
+			mu.Unlock()
+		})
+	}
+	tbl, err := wh.Catalog.LoadTable(ctx, table.Identifier{"db", "early"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dataDir := filepath.Join(strings.TrimPrefix(tbl.Location(), "file://"), "data")
+	// A complete Parquet file (its footer written) of the early table's
+	// window, while the late table has not reached its epoch's end.
+	complete := func() bool {
+		found := false
+		_ = filepath.WalkDir(dataDir, func(p string, e fs.DirEntry, err error) error {
+			if err != nil || e.IsDir() || !strings.Contains(e.Name(), "-data-") {
+				return nil
+			}
+			b, err := os.ReadFile(p)
+			found = found || err == nil && len(b) > 8 && string(b[len(b)-4:]) == "PAR1"
+			return nil
+		})
+		return found
+	}
+	for deadline := time.Now().Add(30 * time.Second); !complete(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			open()
+			wg.Wait()
+			t.Fatalf("no complete data file of table db.early in %s after 30s while table db.late still read: the ended table waited for the epoch's decision to write its window", dataDir)
+		}
+	}
+	open()
+	wg.Wait()
+	for name, err := range errs {
+		if err != nil {
+			t.Fatalf("table %s: %v", name, err)
+		}
+		checkModel(t, wh, table.Identifier{"db", name}, inputs[name])
 	}
 }

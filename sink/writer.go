@@ -104,27 +104,34 @@ func (w *writer) batch(ctx context.Context, b batch) error {
 	if !b.barrier {
 		return nil
 	}
-	commitNow, err := w.sess.Checkpoint(ctx, b.epoch, w.dw.BufferedBytes(), b.final)
+	buffered := w.dw.BufferedBytes()
+	var p *commit.Payload
+	var err error
+	if b.final {
+		// A final epoch always commits (coordinator.Report): the window
+		// is prepared before the report, so that a writer whose input
+		// ended early writes its last files while the others still
+		// read, instead of all of them after the last one's report.
+		if p, err = w.prepare(ctx, b); err != nil {
+			return err
+		}
+	}
+	commitNow, err := w.sess.Checkpoint(ctx, b.epoch, buffered, b.final)
+	if err == nil && p != nil && !commitNow {
+		err = fmt.Errorf("the coordinator did not commit the writer's final epoch")
+	}
 	if err != nil {
+		if p != nil {
+			_ = w.dw.Discard(ctx, *p)
+		}
 		return fmt.Errorf("checkpoint of epoch %d: %w", b.epoch, err)
 	}
 	if commitNow {
-		if w.follow != nil {
-			// The window's positions are resolved on the table as it
-			// is now (the last compaction round waited for).
-			tbl, err := w.follow(ctx, b.epoch)
-			if err != nil {
-				return err
-			}
-			if err := w.dw.Follow(ctx, tbl); err != nil {
+		if p == nil {
+			if p, err = w.prepare(ctx, b); err != nil {
 				return err
 			}
 		}
-		p, err := w.dw.PrepareCommit(ctx)
-		if err != nil {
-			return err
-		}
-		p.InputPosition, p.InputID, p.InputOffsets = b.line, b.inputID, b.offsets
 		data, err := p.Marshal()
 		if err != nil {
 			return err
@@ -133,7 +140,7 @@ func (w *writer) batch(ctx context.Context, b batch) error {
 		if err := w.sess.Commit(ctx, b.epoch, data); err != nil {
 			if errors.Is(err, coordinator.ErrAborted) {
 				w.inCommit = false
-				_ = w.dw.Discard(ctx, p)
+				_ = w.dw.Discard(ctx, *p)
 			}
 			return fmt.Errorf("commit of epoch %d: %w", b.epoch, err)
 		}
@@ -166,6 +173,28 @@ func (w *writer) batch(ctx context.Context, b batch) error {
 		w.done = true
 	}
 	return nil
+}
+
+// prepare ends the writer's window at barrier b: its positions are
+// resolved on the table as it is now (the last compaction round waited
+// for), and its files are closed into a payload that carries b's input
+// position.
+func (w *writer) prepare(ctx context.Context, b batch) (*commit.Payload, error) {
+	if w.follow != nil {
+		tbl, err := w.follow(ctx, b.epoch)
+		if err != nil {
+			return nil, err
+		}
+		if err := w.dw.Follow(ctx, tbl); err != nil {
+			return nil, err
+		}
+	}
+	p, err := w.dw.PrepareCommit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.InputPosition, p.InputID, p.InputOffsets = b.line, b.inputID, b.offsets
+	return &p, nil
 }
 
 // publish makes the writer's counters visible to the metrics.

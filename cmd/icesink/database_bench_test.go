@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 // dbFeed is one way of spreading a database benchmark's events over
 // tables: event i goes to table (i) with key id(i).
 type dbFeed struct {
+	name   string // of its CPU profile (-database-cpuprofiles)
 	tables int
 	route  func(i int) (table int, id int64)
 }
@@ -30,6 +32,10 @@ type dbFeedResult struct {
 
 // dbEvents is the size of BenchmarkDatabaseFeed's feeds.
 var dbEvents = flag.Int("database-events", 1200000, "events of each BenchmarkDatabaseFeed feed")
+
+// dbProfiles, when set, is a folder where each BenchmarkDatabaseFeed run
+// writes its CPU profile (--cpuprofile DIR/FEED.pprof).
+var dbProfiles = flag.String("database-cpuprofiles", "", "folder for each BenchmarkDatabaseFeed run's CPU profile")
 
 // BenchmarkDatabaseFeed runs `icesink run --table-template` over the same
 // number of Debezium events (JSON with schemas, -database-events, 1.2M)
@@ -45,9 +51,9 @@ var dbEvents = flag.Int("database-events", 1200000, "events of each BenchmarkDat
 func BenchmarkDatabaseFeed(b *testing.B) {
 	total := *dbEvents
 	even := func(tables int) dbFeed {
-		return dbFeed{tables, func(i int) (int, int64) { return i % tables, int64(i / tables % (250000 / tables)) }}
+		return dbFeed{fmt.Sprintf("%d-tables", tables), tables, func(i int) (int, int64) { return i % tables, int64(i / tables % (250000 / tables)) }}
 	}
-	skewed := dbFeed{50, func(i int) (int, int64) {
+	skewed := dbFeed{"skewed-50-tables", 50, func(i int) (int, int64) {
 		if i%5 != 0 {
 			return 0, int64(i % 250000) // 200k keys
 		}
@@ -99,6 +105,9 @@ func runDatabaseFeed(b *testing.B, total int, feed dbFeed) dbFeedResult {
 	}
 	cmd := exec.Command(binary, "run", "--warehouse", b.TempDir(), "--table-template", "shop.{table}", "--format", "debezium-json",
 		"--kafka-brokers", c.ListenAddrs()[0], "--topic-regex", `srv\.shop\..*`, "--stop-at-end", "--quiet", "--stats", "--memory-limit", "256MiB")
+	if *dbProfiles != "" {
+		cmd.Args = append(cmd.Args, "--cpuprofile", filepath.Join(*dbProfiles, feed.name+".pprof"))
+	}
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	if err != nil {
