@@ -61,7 +61,7 @@ func TestEncoderWriteFailure(t *testing.T) {
 	}
 	fill := func(f *parquetFile, rows int) (int64, error) {
 		for i := 0; i < rows; i++ {
-			if err := f.appendPositionDelete(strings.Repeat("p", i%97), int64(i), 1); err != nil {
+			if _, err := f.appendRow([]any{strings.Repeat("p", i%97), int64(i)}, nil); err != nil {
 				return 0, err
 			}
 		}
@@ -87,7 +87,7 @@ func TestEncoderWriteFailure(t *testing.T) {
 	}
 	// A file that fails at close is removed by close.
 	bad2 := open(fullDiskIO{limit: 64}, "bad2.parquet") // room for the magic, not the footer
-	if err := bad2.appendPositionDelete("p", 1, 1); err != nil {
+	if _, err := bad2.appendRow([]any{"p", int64(1)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, err := bad2.close(); !errors.Is(err, syscall.ENOSPC) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -29,6 +30,11 @@ import (
 // encoded as iceberg-go's own writer would encode them, but for the write
 // batch (see writeBatch).
 func WriterProperties(props iceberg.Properties, sc *arrow.Schema) *parquet.WriterProperties {
+	return parquet.NewWriterProperties(writerPropertyList(props, sc)...)
+}
+
+// writerPropertyList is what WriterProperties is made of.
+func writerPropertyList(props iceberg.Properties, sc *arrow.Schema) []parquet.WriterProperty {
 	dp := parquet.DataPageV2
 	if props.Get(table.ParquetPageVersionKey, "2") == "1" {
 		dp = parquet.DataPageV1
@@ -56,7 +62,16 @@ func WriterProperties(props iceberg.Properties, sc *arrow.Schema) *parquet.Write
 	for _, f := range sc.Fields() {
 		wp = append(wp, parquet.WithDictionaryCostFallbackFor(f.Name, true))
 	}
-	return parquet.NewWriterProperties(wp...)
+	return wp
+}
+
+// positionDeleteProperties are the Parquet properties of position-delete
+// files: those of the table, with pos delta-encoded (the positions of
+// one data file ascend, often by one).
+func positionDeleteProperties(props iceberg.Properties) *parquet.WriterProperties {
+	return parquet.NewWriterProperties(append(writerPropertyList(props, table.PositionalDeleteArrowSchema),
+		parquet.WithDictionaryFor("pos", false),
+		parquet.WithEncodingFor("pos", parquet.Encodings.DeltaBinaryPacked))...)
 }
 
 // writeBatch is the most values a column writer takes at a time
@@ -154,6 +169,9 @@ type parquetFile struct {
 	// less the dropped ones before it.
 	dead    []uint32
 	dropped []uint32
+	// plainFooter: the footer keeps no Arrow schema (a file whose Arrow
+	// types are for writing only, see createPositionDeleteFile).
+	plainFooter bool
 
 	// The encoder's side: rgRaw is its own, the rest it publishes.
 	rgBytes  int64        // row-group size at which a new row group starts
@@ -286,7 +304,11 @@ func (f *parquetFile) open() error {
 		return fmt.Errorf("creating %s: %w", f.path, err)
 	}
 	out := &countingWriter{w: w}
-	fw, err := pqarrow.NewFileWriter(f.sc, out, f.props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	var aprops []pqarrow.WriterOption
+	if !f.plainFooter {
+		aprops = append(aprops, pqarrow.WithStoreSchema())
+	}
+	fw, err := pqarrow.NewFileWriter(f.sc, out, f.props, pqarrow.NewArrowWriterProperties(aprops...))
 	if err != nil {
 		_ = w.Close()
 		_ = f.fs.Remove(f.path)
@@ -408,23 +430,77 @@ func (f *parquetFile) appendRow(row []any, cols []int) (int64, error) {
 	return f.appended()
 }
 
-// appendPositionDelete appends one (file_path, pos) row to a position
-// delete file; left rows (this one included) are still to come. A batch's
-// builders are sized once at its first row (its paths taken as long as
-// this one): grown row by row, the path column was reallocated a dozen
-// times a batch, a tenth of a 50-table database run's CPU.
-func (f *parquetFile) appendPositionDelete(path string, pos int64, left int) error {
-	paths, poss := f.bld.Field(0).(*array.StringBuilder), f.bld.Field(1).(*array.Int64Builder)
-	if f.buffered == 0 {
-		n := min(left, f.batchRows)
-		paths.Reserve(n)
-		paths.ReserveData(n * len(path))
-		poss.Reserve(n)
+// positionDeleteSchema is the Arrow schema of the position-delete files
+// the writer writes: Iceberg's (file_path, pos) with file_path
+// dictionary-encoded, so that a row holds an index into the data file
+// paths the file names rather than a copy of one (a hundred bytes a
+// row, which Parquet's dictionary encoding then hashed back to an index).
+func positionDeleteSchema() *arrow.Schema {
+	sc := table.PositionalDeleteArrowSchema
+	fields := sc.Fields()
+	fields[0].Type = &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: fields[0].Type}
+	return arrow.NewSchema(fields, nil)
+}
+
+// createPositionDeleteFile returns a position-delete file of
+// positionDeleteSchema (written by writePositionDeletes). Its footer
+// keeps no Arrow schema: readers see file_path as the plain string column
+// Iceberg defines.
+func createPositionDeleteFile(fs iceio.WriteFileIO, enc *encoder, path string, props *parquet.WriterProperties, batchRows int, rgBytes int64) (*parquetFile, error) {
+	f, err := createParquetFile(fs, enc, path, table.PositionalDeleteArrowSchema, props, batchRows, rgBytes)
+	if err != nil {
+		return nil, err
 	}
-	paths.Append(path)
-	poss.Append(pos)
-	_, err := f.appended()
-	return err
+	f.sc, f.plainFooter = positionDeleteSchema(), true
+	return f, nil
+}
+
+// writePositionDeletes writes the n rows of a position-delete file made
+// by createPositionDeleteFile, in (file_path, pos) order: each row an
+// index into paths (the distinct data file paths the file names,
+// ascending) and a position. Batches of batchRows go to the encoder, all
+// sharing one dictionary, which Parquet writes once per row group.
+func (f *parquetFile) writePositionDeletes(paths []string, n int, rows iter.Seq2[int32, int64]) error {
+	pb := array.NewStringBuilder(f.enc.mem)
+	pb.AppendValues(paths, nil)
+	dict := pb.NewArray()
+	pb.Release()
+	defer dict.Release()
+	dt := f.sc.Field(0).Type.(*arrow.DictionaryType)
+	ib, posb := array.NewInt32Builder(f.enc.mem), array.NewInt64Builder(f.enc.mem)
+	defer ib.Release()
+	defer posb.Release()
+	left := n
+	flush := func() error {
+		rows := ib.Len()
+		if rows == 0 {
+			return nil
+		}
+		left -= rows
+		idx, pos := ib.NewArray(), posb.NewArray()
+		col := array.NewDictionaryArray(dt, idx, dict)
+		rec := array.NewRecordBatch(f.sc, []arrow.Array{col, pos}, int64(rows))
+		idx.Release()
+		col.Release()
+		pos.Release()
+		err := f.appendRecord(rec)
+		rec.Release()
+		return err
+	}
+	for ref, pos := range rows {
+		if ib.Len() == 0 {
+			ib.Reserve(min(left, f.batchRows))
+			posb.Reserve(min(left, f.batchRows))
+		}
+		ib.UnsafeAppend(ref)
+		posb.UnsafeAppend(pos)
+		if ib.Len() >= f.batchRows {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
 }
 
 // appendRecord hands a whole record (of the file's schema) to the encoder

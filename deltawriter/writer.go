@@ -431,7 +431,7 @@ func New(ctx context.Context, tbl *table.Table, opts Options) (*Writer, error) {
 		eqArrow:   eqArrow,
 		dataProps: WriterProperties(props, asc),
 		eqProps:   WriterProperties(props, eqArrow),
-		posProps:  WriterProperties(props, table.PositionalDeleteArrowSchema),
+		posProps:  positionDeleteProperties(props),
 		index:     index,
 		enc:       newEncoder(opts.poolBytes),
 	}
@@ -942,15 +942,15 @@ func (w *Writer) closeEq(ln *lane) error {
 	return w.finish(ln, commit.EqualityDeleteFile, f.path, md, size, w.eqSchema)
 }
 
-// flushPositionDeletes writes the lane's buffered position deletes as one
-// file sorted by (file_path, pos), file_path being exactly the path the
-// data file is recorded under.
 // oldPosDel is a position delete of a row of an earlier commit.
 type oldPosDel struct {
 	path string
 	pos  int64
 }
 
+// flushPositionDeletes writes the lane's buffered position deletes as one
+// file sorted by (file_path, pos), file_path being exactly the path the
+// data file is recorded under.
 func (w *Writer) flushPositionDeletes(ln *lane) error {
 	if len(ln.posDel) == 0 && len(ln.oldDel) == 0 {
 		return nil
@@ -974,31 +974,53 @@ func (w *Writer) flushPositionDeletes(ln *lane) error {
 		ln.posDel[i] = uint64(rank[d>>32])<<32 | d&(1<<32-1)
 	}
 	slices.Sort(ln.posDel)
+	// Two sorted streams, the window's files' deletes and those of
+	// earlier commits' files, merged in (file_path, pos) order.
+	merged := func(yield func(path string, pos int64) bool) {
+		old := ln.oldDel
+		for i := 0; i < len(ln.posDel) || len(old) > 0; {
+			var path string
+			var pos int64
+			if i < len(ln.posDel) {
+				d := ln.posDel[i]
+				path, pos = w.files[ords[d>>32]].path, int64(d&(1<<32-1))
+			}
+			if len(old) > 0 && (i == len(ln.posDel) || old[0].path < path || old[0].path == path && old[0].pos < pos) {
+				path, pos = old[0].path, old[0].pos
+				old = old[1:]
+			} else {
+				i++
+			}
+			if !yield(path, pos) {
+				return
+			}
+		}
+	}
+	var paths []string
+	for p := range merged {
+		if len(paths) == 0 || paths[len(paths)-1] != p {
+			paths = append(paths, p)
+		}
+	}
+	refs := func(yield func(int32, int64) bool) {
+		ref := int32(0)
+		for p, pos := range merged {
+			if p != paths[ref] {
+				ref++
+			}
+			if !yield(ref, pos) {
+				return
+			}
+		}
+	}
 	path := w.newPath(ln, "pos")
-	f, err := createParquetFile(w.fs, w.enc, path, table.PositionalDeleteArrowSchema, w.posProps, w.opts.BatchRows, w.opts.RowGroupBytes)
+	f, err := createPositionDeleteFile(w.fs, w.enc, path, w.posProps, w.opts.BatchRows, w.opts.RowGroupBytes)
 	if err != nil {
 		return fmt.Errorf("deltawriter: %w", err)
 	}
-	// Two sorted streams, the window's files' deletes and those of
-	// earlier commits' files, merged in (file_path, pos) order.
-	old := ln.oldDel
-	for i := 0; i < len(ln.posDel) || len(old) > 0; {
-		var path string
-		var pos int64
-		if i < len(ln.posDel) {
-			d := ln.posDel[i]
-			path, pos = w.files[ords[d>>32]].path, int64(d&(1<<32-1))
-		}
-		if len(old) > 0 && (i == len(ln.posDel) || old[0].path < path || old[0].path == path && old[0].pos < pos) {
-			path, pos = old[0].path, old[0].pos
-			old = old[1:]
-		} else {
-			i++
-		}
-		if err := f.appendPositionDelete(path, pos, len(ln.posDel)-i+len(old)+1); err != nil {
-			f.abort(w.fs)
-			return fmt.Errorf("deltawriter: %w", err)
-		}
+	if err := f.writePositionDeletes(paths, len(ln.posDel)+len(ln.oldDel), refs); err != nil {
+		f.abort(w.fs)
+		return fmt.Errorf("deltawriter: %w", err)
 	}
 	w.posDels -= len(ln.posDel)
 	ln.posDel = ln.posDel[:0]
