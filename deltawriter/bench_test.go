@@ -63,27 +63,8 @@ func BenchmarkKeyAppendHash(b *testing.B) {
 // flush; b.N flushes write b.N files, removed at the end.
 func BenchmarkPositionDeletes(b *testing.B) {
 	ctx := context.Background()
-	wh, err := warehouse.Open(ctx, b.TempDir(), warehouse.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer wh.Close()
-	schema := iceberg.NewSchemaWithIdentifiers(0, []int{1},
-		iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true})
-	tbl, _, err := wh.LoadOrCreate(ctx, table.Identifier{"db", "t"}, warehouse.TableSpec{Schema: schema})
-	if err != nil {
-		b.Fatal(err)
-	}
-	w, err := New(ctx, tbl, Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	w, ln := positionDeleteWriter(b, Options{}, 16)
 	defer w.Close(ctx)
-	ln := &lane{}
-	w.lanes[""] = ln
-	for i := 0; i < 16; i++ {
-		w.files = append(w.files, &fileInfo{path: w.newPath(ln, "data"), lane: ln})
-	}
 	const n = 1 << 20
 	rng := rand.New(rand.NewPCG(1, 2))
 	dels := make([]uint64, n)
@@ -104,4 +85,33 @@ func BenchmarkPositionDeletes(b *testing.B) {
 	if err := w.Discard(ctx, commit.Payload{Files: w.done}); err != nil {
 		b.Fatal(err)
 	}
+}
+
+// positionDeleteWriter is a writer on a fresh table of one key column
+// whose window has files data files in one lane, for position deletes to
+// name.
+func positionDeleteWriter(tb testing.TB, opts Options, files int) (*Writer, *lane) {
+	tb.Helper()
+	ctx := context.Background()
+	wh, err := warehouse.Open(ctx, tb.TempDir(), warehouse.Options{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { wh.Close() })
+	schema := iceberg.NewSchemaWithIdentifiers(0, []int{1},
+		iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true})
+	tbl, _, err := wh.LoadOrCreate(ctx, table.Identifier{"db", "t"}, warehouse.TableSpec{Schema: schema})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w, err := New(ctx, tbl, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ln := &lane{}
+	w.lanes[""] = ln
+	for range files {
+		w.files = append(w.files, &fileInfo{path: w.newPath(ln, "data"), lane: ln})
+	}
+	return w, ln
 }

@@ -13,10 +13,8 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/codec"
-	"github.com/apache/iceberg-go/table"
 
 	"github.com/icesink/icesink/commit"
-	"github.com/icesink/icesink/warehouse"
 )
 
 // TestPositionDeleteFile: a window's position deletes (runs of rows of
@@ -27,27 +25,8 @@ import (
 // under a byte a row: each path is stored once, not once a row.
 func TestPositionDeleteFile(t *testing.T) {
 	ctx := context.Background()
-	wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wh.Close()
-	schema := iceberg.NewSchemaWithIdentifiers(0, []int{1},
-		iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true})
-	tbl, _, err := wh.LoadOrCreate(ctx, table.Identifier{"db", "t"}, warehouse.TableSpec{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := New(ctx, tbl, Options{BatchRows: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, ln := positionDeleteWriter(t, Options{BatchRows: 1000}, 3)
 	defer w.Close(ctx)
-	ln := &lane{}
-	w.lanes[""] = ln
-	for range 3 {
-		w.files = append(w.files, &fileInfo{path: w.newPath(ln, "data"), lane: ln})
-	}
 	type row struct {
 		path string
 		pos  int64

@@ -996,12 +996,21 @@ func (w *Writer) flushPositionDeletes(ln *lane) error {
 			}
 		}
 	}
+	// The distinct paths, ascending: the window's files that have deletes
+	// (posDel is sorted by rank) and the earlier commits' files.
 	var paths []string
-	for p := range merged {
-		if len(paths) == 0 || paths[len(paths)-1] != p {
-			paths = append(paths, p)
+	for i, d := range ln.posDel {
+		if i == 0 || d>>32 != ln.posDel[i-1]>>32 {
+			paths = append(paths, w.files[ords[d>>32]].path)
 		}
 	}
+	for i, d := range ln.oldDel {
+		if i == 0 || d.path != ln.oldDel[i-1].path {
+			paths = append(paths, d.path)
+		}
+	}
+	slices.Sort(paths)
+	paths = slices.Compact(paths)
 	refs := func(yield func(int32, int64) bool) {
 		ref := int32(0)
 		for p, pos := range merged {

@@ -41,13 +41,8 @@ func runDatabaseTablesWith(t *testing.T, ctx context.Context, wh *warehouse.Ware
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for name, input := range inputs {
-		ident := table.Identifier{"db", name}
-		if _, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: fuzzSchema}); err != nil {
-			t.Fatal(err)
-		}
+		cfg := databaseTable(t, ctx, wh, d, name)
 		wg.Go(func() {
-			cfg := sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "s", Database: d,
-				Writer: deltawriter.Options{SpillDir: t.TempDir()}, KeyIndexDir: "-"}
 			if tune != nil {
 				tune(name, &cfg)
 			}
@@ -68,6 +63,18 @@ func runDatabaseTablesWith(t *testing.T, ctx context.Context, wh *warehouse.Ware
 	}
 	wg.Wait()
 	return errs
+}
+
+// databaseTable creates table db.NAME (fuzzSchema) on wh and returns the
+// config of its sink in the database d.
+func databaseTable(t *testing.T, ctx context.Context, wh *warehouse.Warehouse, d *sink.Database, name string) sink.Config {
+	t.Helper()
+	ident := table.Identifier{"db", name}
+	if _, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: fuzzSchema}); err != nil {
+		t.Fatal(err)
+	}
+	return sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "s", Database: d,
+		Writer: deltawriter.Options{SpillDir: t.TempDir()}, KeyIndexDir: "-"}
 }
 
 // startDatabase starts a database of slots tables on wh, checkpointing in
@@ -318,13 +325,8 @@ func TestDatabaseFinalWindowPreparedEarly(t *testing.T) {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for name, in := range map[string]io.Reader{"early": bytes.NewReader(inputs["early"]), "late": pr} {
-		ident := table.Identifier{"db", name}
-		if _, _, err := wh.LoadOrCreate(ctx, ident, warehouse.TableSpec{Schema: fuzzSchema}); err != nil {
-			t.Fatal(err)
-		}
+		cfg := databaseTable(t, ctx, wh, d, name)
 		wg.Go(func() {
-			cfg := sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "s", Database: d,
-				Writer: deltawriter.Options{SpillDir: t.TempDir()}, KeyIndexDir: "-"}
 			dec, err := changelog.NewDecoder(in, changelog.ChangelogJSON, fuzzSchema)
 			if err == nil {
 				_, err = sink.Run(ctx, cfg, dec)
