@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -440,5 +441,98 @@ func TestRebuildBoundsDeleteCache(t *testing.T) {
 	m.check(t, e.tbl)
 	if st := w.Stats(); st.OldRowsDeleted != 10000 {
 		t.Fatalf("%d old rows deleted, want the 10000 live ones", st.OldRowsDeleted)
+	}
+}
+
+// TestKeyIndexSaveOfUnchangedIndex: a run that ends right after its last
+// commit's checkpoint (the sink's close) does not write the key index's
+// manifest again when the index and the table's snapshot are as the
+// checkpoint saved them; after another commit it does, and the next
+// writer takes the index either way.
+func TestKeyIndexSaveOfUnchangedIndex(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(5, 8))
+	e := newEnv(t, simpleSchema, nil)
+	m := newModel(t, simpleSchema)
+	dir := t.TempDir() + "/keyindex"
+	stream := randomStream(rng, 1200, 300)
+	open := func() *deltawriter.Writer {
+		t.Helper()
+		w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, MemoryLimit: 256 << 10, SpillDir: t.TempDir(), KeyIndexDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	epoch := uint64(0)
+	window := func(w *deltawriter.Writer) {
+		t.Helper()
+		for _, ch := range stream[:400] {
+			if err := w.Write(ctx, ch); err != nil {
+				t.Fatal(err)
+			}
+			m.apply(ch)
+		}
+		stream = stream[400:]
+		epoch++
+		e.commitWindow(w, epoch)
+		if why, err := w.CheckpointKeyIndex(ctx, e.tbl); err != nil || why != "" {
+			t.Fatalf("CheckpointKeyIndex: %q %v", why, err)
+		}
+	}
+	// manifest returns the identity of the manifest file: a save writes a
+	// new file and renames it over the old one.
+	manifest := func() os.FileInfo {
+		t.Helper()
+		fi, err := os.Stat(filepath.Join(dir, "KEYINDEX"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi
+	}
+	save := func(w *deltawriter.Writer) {
+		t.Helper()
+		if why, err := w.SaveKeyIndex(ctx, e.tbl); err != nil || why != "" {
+			t.Fatalf("SaveKeyIndex: %q %v", why, err)
+		}
+	}
+
+	w := open()
+	window(w)
+	checkpointed := manifest()
+	save(w)
+	if !os.SameFile(checkpointed, manifest()) {
+		t.Fatal("the save of an index unchanged since its checkpoint wrote the manifest again")
+	}
+	window(w)
+	if os.SameFile(checkpointed, manifest()) {
+		t.Fatal("the checkpoint after another commit kept the old manifest")
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// The next writer takes the saved index; closing it unchanged keeps
+	// the manifest it loaded.
+	w = open()
+	if st := w.Stats(); st.IndexesReused != 1 {
+		t.Fatalf("not reused: %q", st.IndexRebuildReason)
+	}
+	loaded := manifest()
+	save(w)
+	if !os.SameFile(loaded, manifest()) {
+		t.Fatal("the save of an index unchanged since it was loaded wrote the manifest again")
+	}
+	window(w)
+	m.check(t, e.tbl)
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w = open()
+	if st := w.Stats(); st.IndexesReused != 1 {
+		t.Fatalf("not reused after the last checkpoint: %q", st.IndexRebuildReason)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -177,7 +177,7 @@ func (w *Writer) loadTableIndex(ctx context.Context, tbl *table.Table, dir strin
 	// The manifest stays while the runs are as it names them: whatever
 	// changes the index first removes it (unsave), so a crash before that
 	// finds it again.
-	w.saved = true
+	w.saved, w.savedSnap = true, m.Snapshot
 	w.failpoint("keyindex-load")
 	t := &tableIndex{ix: ix, files: m.Files, lanes: m.Lanes, ids: make(map[string]uint32, len(m.Files)), base: -1}
 	for i, p := range m.Files {
@@ -274,6 +274,12 @@ func (w *Writer) saveKeyIndex(ctx context.Context, tbl *table.Table) (string, er
 	if s := meta.CurrentSnapshot(); s != nil {
 		snap = s.SnapshotID
 	}
+	if w.saved && w.savedSnap == snap {
+		// The manifest on disk names this index at this snapshot (a run
+		// that ends right after its last commit's checkpoint): writing
+		// it again would cost its fsyncs for nothing.
+		return "", nil
+	}
 	runs, err := w.tidx.ix.Save()
 	if err != nil {
 		return "", fmt.Errorf("deltawriter: saving the key index: %w", err)
@@ -293,7 +299,7 @@ func (w *Writer) saveKeyIndex(ctx context.Context, tbl *table.Table) (string, er
 	if err := writeFileSync(filepath.Join(dir, keyIndexFile), b); err != nil {
 		return "", fmt.Errorf("deltawriter: saving the key index's manifest in %s: %w", dir, err)
 	}
-	w.saved = true
+	w.saved, w.savedSnap = true, snap
 	return "", nil
 }
 

@@ -273,6 +273,7 @@ type Writer struct {
 	index     *dedup.Index
 	tidx      *tableIndex    // DeleteByPosition: the table-wide key index
 	saved     bool           // SaveKeyIndex wrote the manifest of tidx as it is
+	savedSnap int64          // the snapshot that manifest names (when saved)
 	pending   *pendingWindow // DeleteByPosition: prepared, not yet confirmed
 	dvs       dvState        // format v3: deletion vectors
 	enc       *encoder       // encodes the open files' batches; stopped by Close

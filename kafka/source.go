@@ -105,6 +105,12 @@ type Config struct {
 	FetchBytes int32
 	// Security is how to reach a secured cluster (TLS, SASL).
 	Security Security
+	// ClientTelemetry pushes the client's metrics to brokers that
+	// subscribe to them (KIP-714). Off by default: franz-go compresses
+	// each push with 4 MiB lz4 blocks, memory outside every budget, for
+	// every table of a database run, and the sink exports its own
+	// metrics.
+	ClientTelemetry bool
 	// Options are further franz-go client options.
 	Options []kgo.Opt
 }
@@ -188,8 +194,8 @@ func Open(ctx context.Context, cfg Config, dec Decoder) (*Source, error) {
 	if len(cfg.Brokers) == 0 || cfg.Topic == "" {
 		return nil, errors.New("kafka: brokers and a topic are required")
 	}
-	cl, err := client(cfg,
-		kgo.FetchMaxWait(500*time.Millisecond),
+	opts := []kgo.Opt{
+		kgo.FetchMaxWait(500 * time.Millisecond),
 		kgo.FetchMaxBytes(cmp.Or(cfg.FetchBytes, defaultFetchBytes)),
 		kgo.FetchMaxPartitionBytes(cmp.Or(cfg.FetchBytes, defaultFetchBytes)),
 		// Records of aborted transactions never reach the table.
@@ -197,7 +203,11 @@ func Open(ctx context.Context, cfg Config, dec Decoder) (*Source, error) {
 		// A transaction's commit marker takes an offset: Next steps over
 		// it, so the offsets (and StopAtEnd's end) count it as read.
 		kgo.KeepControlRecords(),
-	)
+	}
+	if !cfg.ClientTelemetry {
+		opts = append(opts, kgo.DisableClientMetrics())
+	}
+	cl, err := client(cfg, opts...)
 	if err != nil {
 		return nil, err
 	}

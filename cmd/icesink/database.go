@@ -478,14 +478,17 @@ func (d *database) claim(table, topic string) error {
 }
 
 // tableFetchBytes is what each of tables' Kafka clients reads ahead in
-// one fetch under a process budget of total bytes: a 32nd of the budget
-// split over the tables, from 64 KiB to 1 MiB each. Fetched bytes sit
-// outside the writers' shares, compressed: Debezium JSON takes several
-// times its size once decompressed, twice over (the records being read
-// and the next fetch). At 16 MiB a table, 50 tables of 24k events each
-// peaked at 1.1 GiB of RSS under a 256 MiB budget; at 1 MiB, 0.5-0.6 GiB.
+// one fetch under a process budget of total bytes: a 128th of the budget
+// split over the tables, from 32 KiB to 1 MiB each. Fetched bytes sit
+// outside the writers' shares, compressed: Debezium JSON with schemas
+// takes 10-14 times its size once decompressed and decoded into records.
+// At a 32nd (164 KiB each), 50 tables' read-ahead was 110 of the 184 MB
+// of Go heap at the run's peak, and each fetch filled memory the process
+// had not touched yet (page faults in snappy's decoder); at a 128th the
+// same run took 0.95x the CPU. A table reading a 50th of the traffic
+// needs a 50th of the read-ahead of one table reading it all.
 func tableFetchBytes(total int64, tables int) int32 {
-	return int32(min(max(total/32/int64(max(tables, 1)), 64<<10), 1<<20))
+	return int32(min(max(total/128/int64(max(tables, 1)), 32<<10), 1<<20))
 }
 
 // runTable runs the sink of one topic into its table, creating the table

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -446,7 +447,7 @@ func TestKafkaTableFromEvents(t *testing.T) {
 }
 
 // TestDatabaseFetchShare: in database mode each table's Kafka client reads
-// ahead a 32nd of --memory-limit split over the tables (the fetches of
+// ahead a 128th of --memory-limit split over the tables (the fetches of
 // many tables sit outside the writers' shares); --kafka-fetch-bytes sets
 // it; without a budget it is 1 MiB. Seen in the Fetch requests the broker
 // gets.
@@ -470,7 +471,7 @@ func TestDatabaseFetchShare(t *testing.T) {
 		args []string
 		want int32
 	}{
-		{[]string{"--memory-limit", "24MiB"}, 24 << 20 / 32 / 3},
+		{[]string{"--memory-limit", "24MiB"}, 24 << 20 / 128 / 3},
 		{[]string{"--memory-limit", "24MiB", "--kafka-fetch-bytes", "100KiB"}, 100 << 10},
 		{nil, 1 << 20},
 	} {
@@ -492,6 +493,41 @@ func TestDatabaseFetchShare(t *testing.T) {
 	if _, stderr, code := icesink(t, "run", "--warehouse", t.TempDir(), "--table", "a.b", "--kafka-brokers", c.ListenAddrs()[0],
 		"--topic", f.topics[0].name, "--kafka-fetch-bytes", "3GiB"); code != 2 || !strings.Contains(stderr, "--kafka-fetch-bytes: at most 2GiB") {
 		t.Errorf("--kafka-fetch-bytes 3GiB: exit %d, %s", code, stderr)
+	}
+}
+
+// TestDatabaseClientTelemetry: the tables' Kafka clients push no client
+// metrics (KIP-714) to a broker that subscribes to them (kfake does)
+// unless --kafka-client-telemetry asks: each push is compressed with
+// 4 MiB lz4 blocks outside the memory budget, for every table.
+func TestDatabaseClientTelemetry(t *testing.T) {
+	f, c := newConnectorFeed(t, 54, 2)
+	f.produce(30)
+	f.cl.Close()           // its own last push goes before the count starts
+	var asked atomic.Int64 // telemetry requests the broker got
+	for _, key := range []int16{kmsg.GetTelemetrySubscriptions.Int16(), kmsg.PushTelemetry.Int16()} {
+		c.ControlKey(key, func(kmsg.Request) (kmsg.Response, error, bool) {
+			c.KeepControl()
+			asked.Add(1)
+			return nil, nil, false // observed only
+		})
+	}
+	for _, tc := range []struct {
+		args []string
+		push bool
+	}{
+		{nil, false},
+		{[]string{"--kafka-client-telemetry"}, true},
+	} {
+		asked.Store(0)
+		args := append([]string{"run", "--warehouse", t.TempDir(), "--table-template", "inventory.{table}", "--format", "debezium-json",
+			"--kafka-brokers", c.ListenAddrs()[0], "--topic-regex", `dbserver1\.inventory\..*`, "--stop-at-end", "--quiet", "--memory-limit", "24MiB"}, tc.args...)
+		if _, stderr, code := icesink(t, args...); code != 0 {
+			t.Fatalf("%v: exit %d\n%s", tc.args, code, stderr)
+		}
+		if got := asked.Load(); (got > 0) != tc.push {
+			t.Errorf("%v: %d telemetry requests, want pushes: %v", tc.args, got, tc.push)
+		}
 	}
 }
 

@@ -35,6 +35,7 @@ type kafkaFlags struct {
 	deadLetter                   string
 	interval, session, coordWait time.Duration
 	stopAtEnd                    bool
+	telemetry                    bool   // --kafka-client-telemetry
 	fetchSize                    string // --kafka-fetch-bytes
 	fetchBytes                   int32  // set by check; 0: the default (database mode: a share of the budget)
 	coordinator                  string // set by check
@@ -64,7 +65,7 @@ func (f *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.session, "kafka-session-timeout", 45*time.Second, "with --group and --coordinator: how long the group waits for a silent process (killed) before its partitions go to the others")
 	fs.DurationVar(&f.coordWait, "coordinator-wait", 2*time.Minute, "with --group and --coordinator: how long to wait out an unreachable or failing coordinator (a restart) before giving up")
 	fs.DurationVar(&f.rebalance, "kafka-rebalance-timeout", 0, "with --group and --coordinator: how long the group waits for its members to rejoin a rebalance (a member killed while the group forms); default: --kafka-session-timeout")
-	fs.StringVar(&f.fetchSize, "kafka-fetch-bytes", "", "with --kafka-brokers: what one fetch reads ahead of the writers, per partition and per broker (compressed; a larger record batch comes whole), as a `SIZE`; default 1MiB, with --table-template and --memory-limit a 32nd of the budget split over the tables (64KiB to 1MiB each)")
+	fs.StringVar(&f.fetchSize, "kafka-fetch-bytes", "", "with --kafka-brokers: what one fetch reads ahead of the writers, per partition and per broker (compressed; a larger record batch comes whole), as a `SIZE`; default 1MiB, with --table-template and --memory-limit a 128th of the budget split over the tables (32KiB to 1MiB each)")
 	fs.BoolVar(&f.sec.TLS, "kafka-tls", false, "with --kafka-brokers: connect with TLS (the system's CAs unless --kafka-tls-ca)")
 	fs.StringVar(&f.sec.CAFile, "kafka-tls-ca", "", "with --kafka-brokers: a PEM `FILE` of the CAs that sign the brokers' certificates (implies --kafka-tls)")
 	fs.StringVar(&f.sec.CertFile, "kafka-tls-cert", "", "with --kafka-brokers: the client certificate `FILE` (PEM) for brokers that require one, with --kafka-tls-key")
@@ -79,6 +80,7 @@ func (f *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.registryTLS.CAFile, "schema-registry-ca", "", "with --schema-registry: a PEM `FILE` of the CAs that sign the registry's certificate (default: the system's, for https URLs)")
 	fs.StringVar(&f.registryTLS.CertFile, "schema-registry-cert", "", "with --schema-registry: a client certificate `FILE` (PEM), with --schema-registry-key")
 	fs.StringVar(&f.registryTLS.KeyFile, "schema-registry-key", "", "with --schema-registry: the client certificate's key `FILE` (PEM)")
+	fs.BoolVar(&f.telemetry, "kafka-client-telemetry", false, "with --kafka-brokers: push the Kafka clients' metrics to brokers that subscribe to them (KIP-714); off by default: each push is compressed with 4 MiB lz4 blocks outside --memory-limit, for every table's client")
 	fs.BoolVar(&f.stopAtEnd, "stop-at-end", false, "with --kafka-brokers: stop once the partitions are read up to their end offsets at start (a backfill); default: run until SIGINT or SIGTERM, which commit what was read")
 }
 
@@ -265,6 +267,7 @@ func (f *kafkaFlags) open(ctx context.Context, dec kafka.Decoder, stop <-chan st
 		DeadLetterTopic:    f.deadLetter,
 		Stop:               stop,
 		FetchBytes:         f.fetchBytes,
+		ClientTelemetry:    f.telemetry,
 	}
 	if f.start == "latest" {
 		cfg.Start = kafka.Latest
@@ -357,7 +360,11 @@ func (f *kafkaFlags) runGroup(ctx context.Context, cfg sink.Config, schema *iceb
 	if rebalance <= 0 {
 		rebalance = f.session
 	}
-	m, err := kafka.JoinGroup(ctx, brokers, f.group, f.topic, f.session, append(secOpts, kgo.RebalanceTimeout(rebalance))...)
+	opts := append(secOpts, kgo.RebalanceTimeout(rebalance))
+	if !f.telemetry {
+		opts = append(opts, kgo.DisableClientMetrics())
+	}
+	m, err := kafka.JoinGroup(ctx, brokers, f.group, f.topic, f.session, opts...)
 	if err != nil {
 		return sink.Result{}, err
 	}
