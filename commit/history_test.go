@@ -309,6 +309,15 @@ func TestClaimFencesOlderRun(t *testing.T) {
 	if err := b.Claim(ctx, "run-b"); err != nil {
 		t.Fatal(err)
 	}
+	// The committer holds the table as its claim left it (the catalog's
+	// answer, not a reload).
+	loaded, err := wh.Catalog.LoadTable(ctx, testIdent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.Table().MetadataLocation(), loaded.MetadataLocation(); got != want {
+		t.Fatalf("after the claim the committer holds metadata %s, the catalog %s", got, want)
+	}
 	base := b.Table().CurrentSnapshot().SnapshotID
 	if _, err := a.Commit(ctx, 2, []commit.Payload{payload(t, tbl, "s", 2)}, nil); !errors.Is(err, commit.ErrFenced) {
 		t.Fatalf("the older run's commit after a newer run's claim: %v, want ErrFenced", err)

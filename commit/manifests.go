@@ -172,12 +172,18 @@ func (c *Committer) commitMetadataSnapshot(ctx context.Context, cat tableCommitt
 		table.NewSetSnapshotRefUpdate(table.MainBranch, snapID, table.BranchRef, -1, -1, -1),
 	}, updates...)
 	reqs := []table.Requirement{table.AssertTableUUID(meta.TableUUID()), table.AssertRefSnapshotID(table.MainBranch, parent)}
-	if _, _, err := cat.CommitTable(ctx, c.ident, reqs, updates); err != nil {
+	committed, loc, err := cat.CommitTable(ctx, c.ident, reqs, updates)
+	if err != nil {
 		c.stale = true
 		if Retryable(err) {
 			cleanup() // refused before anything was written to the catalog
 		}
 		return err
+	}
+	if c.cat != nil {
+		// The catalog answered with the table as committed: no reload.
+		c.tbl = table.New(c.ident, committed, loc, c.fsF, c.cat)
+		return nil
 	}
 	if err := c.Refresh(ctx); err != nil {
 		c.stale = true
