@@ -413,7 +413,7 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	// Connecting waits for the coordinator to commit what it had recorded;
 	// only then does the table tell where the input resumes.
 	writers := make([]*writer, len(bitmaps))
-	defer func() { err = closeWriters(ctx, cfg, cm, writers, &res, err) }()
+	defer func() { err = closeWriters(ctx, cfg, cm, ec, writers, &res, err) }()
 	route := make([]int, cfg.Vnodes)
 	psrc, byPartition := src.(partitionedSource)
 	byPartition = byPartition && psrc.RoutesByPartition()

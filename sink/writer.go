@@ -212,17 +212,16 @@ func (w *writer) close(ctx context.Context, failed bool) error {
 	// A stop by signal saves it too (a quick restart is what it is for).
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	var kerr error
-	if w.follow != nil && !failed {
-		// The last round: saved with the index.
-		if tbl, err := w.follow(sctx, ^uint64(0)); err != nil {
-			kerr = err
-		} else {
+	if tbl, err := w.current(sctx); err != nil {
+		kerr = err
+	} else {
+		if w.follow != nil && !failed {
+			// A compaction round after the last window: the index
+			// follows it before it is saved. (A change by another
+			// writer since is caught by the next run's check of the
+			// saved index, not read here.)
 			kerr = w.dw.Follow(sctx, tbl)
 		}
-	}
-	if tbl, err := w.current(sctx); err != nil {
-		kerr = errors.Join(kerr, err)
-	} else {
 		_, serr := w.dw.SaveKeyIndex(sctx, tbl)
 		kerr = errors.Join(kerr, serr)
 	}
@@ -358,7 +357,7 @@ func openWriter(ctx context.Context, cfg Config, ws writerSetup) (*writer, error
 // closeWriters closes the run's writers (saving their key indexes), adds
 // their counters to res, and removes the key index folders this sink can
 // never reuse; it returns err joined with what failed.
-func closeWriters(ctx context.Context, cfg Config, cm *commit.Committer, writers []*writer, res *Result, err error) error {
+func closeWriters(ctx context.Context, cfg Config, cm *commit.Committer, ec *epochCommitter, writers []*writer, res *Result, err error) error {
 	for _, w := range writers {
 		if w != nil {
 			err = errors.Join(err, w.close(ctx, err != nil))
@@ -369,8 +368,16 @@ func closeWriters(ctx context.Context, cfg Config, cm *commit.Committer, writers
 	if base := keyIndexBase(cfg); base != "" && cfg.Writer.DeleteMode == deltawriter.DeleteByPosition && err == nil {
 		// The writers saved theirs: what else this sink left there
 		// (an older writer layout, a crashed run) cannot be reused.
-		if err := cm.Refresh(context.WithoutCancel(ctx)); err == nil {
-			if _, err := deltawriter.RemoveStaleKeyIndexes(base, cm.Table(), cfg.SinkID); err != nil {
+		// Judged by the table they were saved with: this process's
+		// committer's, or the catalog's under a remote coordinator.
+		var tbl *table.Table
+		if ec != nil {
+			tbl = ec.table()
+		} else if err := cm.Refresh(context.WithoutCancel(ctx)); err == nil {
+			tbl = cm.Table()
+		}
+		if tbl != nil {
+			if _, err := deltawriter.RemoveStaleKeyIndexes(base, tbl, cfg.SinkID); err != nil {
 				log := cfg.Logger
 				if log == nil {
 					log = slog.Default()
