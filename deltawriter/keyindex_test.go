@@ -536,3 +536,48 @@ func TestKeyIndexSaveOfUnchangedIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestKeyIndexSavedAfterRebuild: a writer that rebuilt its key index from
+// a table's data files saves it at once (a crash before its first commit
+// need not read the table again); one whose table holds no data file
+// saves nothing until its first commit's checkpoint (its rebuild read
+// nothing).
+func TestKeyIndexSavedAfterRebuild(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, simpleSchema, nil)
+	m := newModel(t, simpleSchema)
+	dir := t.TempDir() + "/keyindex"
+	manifest := filepath.Join(dir, "KEYINDEX")
+	open := func() *deltawriter.Writer {
+		t.Helper()
+		w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, MemoryLimit: 256 << 10, SpillDir: t.TempDir(), KeyIndexDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	w := open()
+	if _, err := os.Stat(manifest); !os.IsNotExist(err) {
+		t.Fatalf("a writer of a table without data files saved its index at start: %v", err)
+	}
+	for _, ch := range randomStream(rand.New(rand.NewPCG(6, 6)), 300, 100) {
+		if err := w.Write(ctx, ch); err != nil {
+			t.Fatal(err)
+		}
+		m.apply(ch)
+	}
+	e.commitWindow(w, 1)
+	if err := w.Close(ctx); err != nil { // no save: the next writer rebuilds
+		t.Fatal(err)
+	}
+	os.RemoveAll(dir)
+	w = open()
+	defer w.Close(ctx)
+	if st := w.Stats(); st.IndexRebuildFiles == 0 {
+		t.Fatal("the second writer did not rebuild its index from the table")
+	}
+	if _, err := os.Stat(manifest); err != nil {
+		t.Fatalf("a rebuilt index was not saved at start: %v", err)
+	}
+	m.check(t, e.tbl)
+}

@@ -97,8 +97,11 @@ func (w *Writer) openTableIndex(ctx context.Context, tbl *table.Table) error {
 	if err := w.buildTableIndex(ctx, tbl, ix); err != nil {
 		return err
 	}
-	if w.CheckpointsKeyIndex() {
-		// A crash before the first commit need not rebuild again.
+	if w.CheckpointsKeyIndex() && w.stats.IndexRebuildFiles > 0 {
+		// A crash before the first commit need not rebuild again. (An
+		// index of a table without data files is not saved: building it
+		// reads nothing, and a database run creating its tables would
+		// pay a manifest's fsyncs for each.)
 		if _, err := w.saveKeyIndex(ctx, tbl); err != nil {
 			return err
 		}
