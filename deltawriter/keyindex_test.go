@@ -289,14 +289,7 @@ func testKeyIndexSaved(t *testing.T, version int, limit int64) {
 	dir := t.TempDir() + "/keyindex"
 	stream := randomStream(rng, 40*200, 1500)
 	epoch := uint64(0)
-	open := func() *deltawriter.Writer {
-		t.Helper()
-		w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, MemoryLimit: limit, SpillDir: t.TempDir(), KeyIndexDir: dir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return w
-	}
+	open := func() *deltawriter.Writer { return keyIndexWriter(t, e, dir, limit) }
 	write := func(w *deltawriter.Writer, windows int) {
 		t.Helper()
 		for i := 0; i < windows; i++ {
@@ -456,14 +449,7 @@ func TestKeyIndexSaveOfUnchangedIndex(t *testing.T) {
 	m := newModel(t, simpleSchema)
 	dir := t.TempDir() + "/keyindex"
 	stream := randomStream(rng, 1200, 300)
-	open := func() *deltawriter.Writer {
-		t.Helper()
-		w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, MemoryLimit: 256 << 10, SpillDir: t.TempDir(), KeyIndexDir: dir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return w
-	}
+	open := func() *deltawriter.Writer { return keyIndexWriter(t, e, dir, 256<<10) }
 	epoch := uint64(0)
 	window := func(w *deltawriter.Writer) {
 		t.Helper()
@@ -548,14 +534,7 @@ func TestKeyIndexSavedAfterRebuild(t *testing.T) {
 	m := newModel(t, simpleSchema)
 	dir := t.TempDir() + "/keyindex"
 	manifest := filepath.Join(dir, "KEYINDEX")
-	open := func() *deltawriter.Writer {
-		t.Helper()
-		w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, MemoryLimit: 256 << 10, SpillDir: t.TempDir(), KeyIndexDir: dir})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return w
-	}
+	open := func() *deltawriter.Writer { return keyIndexWriter(t, e, dir, 256<<10) }
 	w := open()
 	if _, err := os.Stat(manifest); !os.IsNotExist(err) {
 		t.Fatalf("a writer of a table without data files saved its index at start: %v", err)
@@ -580,4 +559,15 @@ func TestKeyIndexSavedAfterRebuild(t *testing.T) {
 		t.Fatalf("a rebuilt index was not saved at start: %v", err)
 	}
 	m.check(t, e.tbl)
+}
+
+// keyIndexWriter opens a writer of e's table that keeps its key index in
+// dir, under a memory limit of limit bytes (0: unbounded).
+func keyIndexWriter(t *testing.T, e *env, dir string, limit int64) *deltawriter.Writer {
+	t.Helper()
+	w, err := deltawriter.New(context.Background(), e.tbl, deltawriter.Options{SinkID: "test", BatchRows: 64, MemoryLimit: limit, SpillDir: t.TempDir(), KeyIndexDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
