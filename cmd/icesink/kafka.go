@@ -360,7 +360,7 @@ func (f *kafkaFlags) runGroup(ctx context.Context, cfg sink.Config, schema *iceb
 	if rebalance <= 0 {
 		rebalance = f.session
 	}
-	opts := append(secOpts, kgo.RebalanceTimeout(rebalance))
+	opts := append(slices.Clip(secOpts), kgo.RebalanceTimeout(rebalance))
 	if !f.telemetry {
 		opts = append(opts, kgo.DisableClientMetrics())
 	}
