@@ -261,6 +261,17 @@ func (w *Writer) saveKeyIndex(ctx context.Context, tbl *table.Table) (string, er
 		return "the key index holds keys that are live more than once", nil
 	}
 	meta := tbl.Metadata()
+	snap := int64(-1)
+	if s := meta.CurrentSnapshot(); s != nil {
+		snap = s.SnapshotID
+	}
+	if w.saved && w.savedSnap == snap {
+		// The manifest on disk names this index at this snapshot (a run
+		// that ends right after its last commit's checkpoint), checked
+		// when it was written: writing it again would cost its fsyncs
+		// for nothing.
+		return "", nil
+	}
 	// Every commit of this sink after the index's base went through
 	// Committed (the committer refuses one whose writers' indexes missed
 	// a change); nothing else may have changed rows since the base.
@@ -272,16 +283,6 @@ func (w *Writer) saveKeyIndex(ctx context.Context, tbl *table.Table) (string, er
 		if st.Kind != commit.OwnEpoch && st.Kind != commit.MetadataOnly {
 			return fmt.Sprintf("snapshot %d (%s) changed the table after the key index's base", st.Snapshot.SnapshotID, st.Kind), nil
 		}
-	}
-	snap := int64(-1)
-	if s := meta.CurrentSnapshot(); s != nil {
-		snap = s.SnapshotID
-	}
-	if w.saved && w.savedSnap == snap {
-		// The manifest on disk names this index at this snapshot (a run
-		// that ends right after its last commit's checkpoint): writing
-		// it again would cost its fsyncs for nothing.
-		return "", nil
 	}
 	runs, err := w.tidx.ix.Save()
 	if err != nil {

@@ -337,13 +337,7 @@ func openWriter(ctx context.Context, cfg Config, ws writerSetup) (*writer, error
 		return nil, err
 	}
 	w := &writer{dw: dw, sess: sess, share: share, in: make(chan batch, 4), current: func(ctx context.Context) (*table.Table, error) {
-		if ec != nil {
-			return ec.table(), nil
-		}
-		if err := cm.Refresh(ctx); err != nil {
-			return nil, err
-		}
-		return cm.Table(), nil
+		return lastTable(ctx, cm, ec)
 	}}
 	// Each window follows the table as it is before the window's
 	// positions are resolved: the sink's commits and compactions, and
@@ -352,6 +346,19 @@ func openWriter(ctx context.Context, cfg Config, ws writerSetup) (*writer, error
 	// retained history.
 	w.follow = ws.view.at
 	return w, nil
+}
+
+// lastTable returns the table as this process's last commit and
+// compaction round left it (ec: the process commits), or as the catalog
+// holds it now (under a remote coordinator).
+func lastTable(ctx context.Context, cm *commit.Committer, ec *epochCommitter) (*table.Table, error) {
+	if ec != nil {
+		return ec.table(), nil
+	}
+	if err := cm.Refresh(ctx); err != nil {
+		return nil, err
+	}
+	return cm.Table(), nil
 }
 
 // closeWriters closes the run's writers (saving their key indexes), adds
@@ -368,15 +375,8 @@ func closeWriters(ctx context.Context, cfg Config, cm *commit.Committer, ec *epo
 	if base := keyIndexBase(cfg); base != "" && cfg.Writer.DeleteMode == deltawriter.DeleteByPosition && err == nil {
 		// The writers saved theirs: what else this sink left there
 		// (an older writer layout, a crashed run) cannot be reused.
-		// Judged by the table they were saved with: this process's
-		// committer's, or the catalog's under a remote coordinator.
-		var tbl *table.Table
-		if ec != nil {
-			tbl = ec.table()
-		} else if err := cm.Refresh(context.WithoutCancel(ctx)); err == nil {
-			tbl = cm.Table()
-		}
-		if tbl != nil {
+		// Judged by the table they were saved with.
+		if tbl, err := lastTable(context.WithoutCancel(ctx), cm, ec); err == nil {
 			if _, err := deltawriter.RemoveStaleKeyIndexes(base, tbl, cfg.SinkID); err != nil {
 				log := cfg.Logger
 				if log == nil {
