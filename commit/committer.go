@@ -70,6 +70,9 @@ type Committer struct {
 	checked map[int]checkedIndex
 	// runID is this run's claim on the sink (Claim); "" until it claims.
 	runID string
+	// rowDeltaOnly makes deletion vector replacements go through
+	// iceberg-go's RowDelta too (tests compare the two).
+	rowDeltaOnly bool
 }
 
 // Committed describes the newest epoch a sink committed.
@@ -660,6 +663,16 @@ func (c *Committer) commitOnce(ctx context.Context, epoch uint64, payloads []Pay
 	if err := oneVectorPerFile(payloads); err != nil {
 		return nil, err
 	}
+	if meta.Version() >= 3 && !c.rowDeltaOnly && replacesVectors(payloads) {
+		cat, ok := c.loader.(tableCommitter)
+		fsys, err := c.tbl.FS(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if wfs, wok := fsys.(icebergio.WriteFileIO); ok && wok {
+			return c.commitVectors(ctx, cat, wfs, payloads, summary, kept)
+		}
+	}
 	tx := c.tbl.NewTransaction()
 	// The commit holds only on the snapshot it was checked against: a
 	// catalog-side retry (commit.retry.num-retries) must not replay it on
@@ -669,29 +682,19 @@ func (c *Committer) commitOnce(ctx context.Context, epoch uint64, payloads []Pay
 		return nil, fmt.Errorf("asserting the branch's snapshot: %w", err)
 	}
 	rd := tx.NewRowDelta(summary)
-	for i := range payloads {
-		p := &payloads[i]
-		schema, spec, err := payloadSchema(meta, p)
-		if err != nil {
-			return nil, err
+	err := eachFile(meta, payloads, func(_ *Payload, f File, df iceberg.DataFile) error {
+		switch f.Kind {
+		case DataFile:
+			rd.AddRows(df)
+		case ReplacedDeletionVector:
+			rd.RemoveDeletes(df)
+		default:
+			rd.AddDeletes(df)
 		}
-		for _, f := range p.Files {
-			df, err := codec.DecodeDataFile(f.Entry, *spec, schema, p.FormatVersion)
-			if err != nil {
-				return nil, fmt.Errorf("decoding manifest entry of %s: %w", f.Path, err)
-			}
-			if df.FilePath() != f.Path {
-				return nil, fmt.Errorf("manifest entry of %s names %s", f.Path, df.FilePath())
-			}
-			switch f.Kind {
-			case DataFile:
-				rd.AddRows(df)
-			case ReplacedDeletionVector:
-				rd.RemoveDeletes(df)
-			default:
-				rd.AddDeletes(df)
-			}
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := rd.Commit(ctx); err != nil {
 		return nil, err
@@ -729,6 +732,31 @@ func oneVectorPerFile(payloads []Payload) error {
 				return fmt.Errorf("%w (%s, writers %d and %d): the table was written with another writer layout; write a format v3 table with the same --writers/--vnodes as before, or use --delete-mode equality", ErrVectorsOfOneFile, ref, w, payloads[i].Writer)
 			}
 			seen[ref] = payloads[i].Writer
+		}
+	}
+	return nil
+}
+
+// eachFile calls fn with every file of the payloads and its manifest
+// entry, decoded for the table meta.
+func eachFile(meta table.Metadata, payloads []Payload, fn func(p *Payload, f File, df iceberg.DataFile) error) error {
+	for i := range payloads {
+		p := &payloads[i]
+		schema, spec, err := payloadSchema(meta, p)
+		if err != nil {
+			return err
+		}
+		for _, f := range p.Files {
+			df, err := codec.DecodeDataFile(f.Entry, *spec, schema, p.FormatVersion)
+			if err != nil {
+				return fmt.Errorf("decoding manifest entry of %s: %w", f.Path, err)
+			}
+			if df.FilePath() != f.Path {
+				return fmt.Errorf("manifest entry of %s names %s", f.Path, df.FilePath())
+			}
+			if err := fn(p, f, df); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

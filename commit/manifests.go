@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,10 +55,7 @@ func (c *Committer) mergeDeleteManifests(ctx context.Context, fs icebergio.IO, m
 			keep = append(keep, m)
 		}
 	}
-	snapID := rand.Int64N(1<<62) + 1
-	for meta.SnapshotByID(snapID) != nil {
-		snapID = rand.Int64N(1<<62) + 1
-	}
+	snapID := newSnapshotID(meta)
 	var written []string // files to remove if the commit surely failed
 	cleanup := func() {
 		for _, p := range written {
@@ -180,6 +176,7 @@ func (c *Committer) commitMetadataSnapshot(ctx context.Context, cat tableCommitt
 		}
 		return err
 	}
+	removeOldMetadata(wfs, meta, committed)
 	if c.cat != nil {
 		// The catalog answered with the table as committed: no reload.
 		c.tbl = table.New(c.ident, committed, loc, c.fsF, c.cat)

@@ -1,0 +1,448 @@
+package commit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	icebergio "github.com/apache/iceberg-go/io"
+	"github.com/apache/iceberg-go/table"
+)
+
+// foldEntries is the size (live entries) up to which a delete manifest
+// that loses no entry is folded into the snapshot's new delete manifest
+// anyway: small manifests do not pile up, large ones are not rewritten
+// for nothing.
+const foldEntries = 4096
+
+// vectorKey is the identity of a deletion vector entry: its Puffin file
+// and the data file it deletes from (a Puffin file holds the vectors of
+// many data files).
+type vectorKey struct{ path, ref string }
+
+func keyOf(df iceberg.DataFile) vectorKey {
+	k := vectorKey{path: df.FilePath()}
+	if ref := df.ReferencedDataFile(); ref != nil {
+		k.ref = *ref
+	}
+	return k
+}
+
+// replacesVectors reports whether the payloads replace a live deletion
+// vector (a format v3 window that deleted more rows of a data file that
+// had a vector already).
+func replacesVectors(payloads []Payload) bool {
+	for i := range payloads {
+		for _, f := range payloads[i].Files {
+			if f.Kind == ReplacedDeletionVector {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// vectorDelta is what one epoch changes in a format v3 table.
+type vectorDelta struct {
+	data    map[int][]iceberg.DataFile // partition spec id -> data files added
+	deletes map[int][]iceberg.DataFile // spec id -> delete files added (vectors, equality deletes)
+	removed map[vectorKey]iceberg.DataFile
+}
+
+func decodeDelta(meta table.Metadata, payloads []Payload) (vectorDelta, error) {
+	d := vectorDelta{data: map[int][]iceberg.DataFile{}, deletes: map[int][]iceberg.DataFile{}, removed: map[vectorKey]iceberg.DataFile{}}
+	err := eachFile(meta, payloads, func(p *Payload, f File, df iceberg.DataFile) error {
+		switch f.Kind {
+		case DataFile:
+			if df.ContentType() != iceberg.EntryContentData {
+				return fmt.Errorf("data file %s has content %s", f.Path, df.ContentType())
+			}
+			d.data[p.SpecID] = append(d.data[p.SpecID], df)
+		case ReplacedDeletionVector:
+			k := keyOf(df)
+			if _, dup := d.removed[k]; dup {
+				return fmt.Errorf("deletion vector %s of %s is replaced twice", k.path, k.ref)
+			}
+			d.removed[k] = df
+		default:
+			if df.ContentType() == iceberg.EntryContentData {
+				return fmt.Errorf("delete file %s has content %s", f.Path, df.ContentType())
+			}
+			if df.ContentType() == iceberg.EntryContentPosDeletes && !table.IsDeletionVector(df) {
+				return fmt.Errorf("position delete file %s must be a deletion vector in a format v3 table", f.Path)
+			}
+			d.deletes[p.SpecID] = append(d.deletes[p.SpecID], df)
+		}
+		return nil
+	})
+	return d, err
+}
+
+// commitVectors commits an epoch that replaces deletion vectors of a
+// format v3 table as one snapshot whose manifests it writes itself,
+// straight through the catalog. iceberg-go's RowDelta reads every delete
+// manifest twice and every data manifest once for such a commit (an Avro
+// schema parse each); this reads each delete manifest once and no data
+// manifest:
+//
+//   - the data files go into a new data manifest; the data manifests of
+//     the parent are listed as they are;
+//   - the added vectors, and the live entries of every delete manifest
+//     that loses a replaced vector (or holds fewer than foldEntries),
+//     go into one new delete manifest per partition spec, the replaced
+//     vectors as DELETED entries, the others as EXISTING with their
+//     sequence numbers;
+//   - the manifest list assigns row ids to the new data manifest (v3 row
+//     lineage), and the summary carries the parent's totals moved by
+//     what was added and removed.
+//
+// As RowDelta does, it refuses a replaced vector the table does not hold
+// and an added vector whose data file keeps another live one. That the
+// vectors' data files are live is what CheckKeyIndexed established on
+// this snapshot, which the commit asserts is still the branch's head.
+func (c *Committer) commitVectors(ctx context.Context, cat tableCommitter, wfs icebergio.WriteFileIO, payloads []Payload, summary, kept iceberg.Properties) (*table.Table, error) {
+	meta := c.tbl.Metadata()
+	cur := c.tbl.CurrentSnapshot()
+	if cur == nil {
+		return nil, errors.New("replacing deletion vectors of a table without a snapshot")
+	}
+	d, err := decodeDelta(meta, payloads)
+	if err != nil {
+		return nil, err
+	}
+	locs, err := table.LoadLocationProvider(meta.Location(), meta.Properties())
+	if err != nil {
+		return nil, err
+	}
+	mans, err := cur.Manifests(wfs)
+	if err != nil {
+		return nil, fmt.Errorf("reading the manifest list of snapshot %d: %w", cur.SnapshotID, err)
+	}
+	snapID := newSnapshotID(meta)
+	var written []string // removed when the catalog surely refused the commit
+	cleanup := func() {
+		for _, p := range written {
+			_ = wfs.Remove(p)
+		}
+	}
+
+	// Which data files get a vector now: their live one must be replaced.
+	replaced := map[string]bool{}
+	for _, dfs := range d.deletes {
+		for _, df := range dfs {
+			if table.IsDeletionVector(df) {
+				replaced[keyOf(df).ref] = true
+			}
+		}
+	}
+	var keep []iceberg.ManifestFile
+	folded := map[int][]iceberg.ManifestEntry{} // spec id -> live entries moved into the new manifest
+	gone := map[int][]iceberg.ManifestEntry{}   // spec id -> the replaced vectors' entries
+	found := 0
+	for _, m := range mans {
+		if m.ManifestContent() != iceberg.ManifestContentDeletes {
+			keep = append(keep, m)
+			continue
+		}
+		var entries []iceberg.ManifestEntry
+		loses := false
+		for e, err := range m.Entries(wfs, true) {
+			if err != nil {
+				return nil, fmt.Errorf("reading delete manifest %s: %w", m.FilePath(), err)
+			}
+			df := e.DataFile()
+			k := keyOf(df)
+			if _, ok := d.removed[k]; ok && table.IsDeletionVector(df) {
+				found++
+				loses = true
+				gone[int(m.PartitionSpecID())] = append(gone[int(m.PartitionSpecID())], e)
+				continue
+			}
+			if table.IsDeletionVector(df) && replaced[k.ref] {
+				return nil, fmt.Errorf("data file %s gets a new deletion vector while its vector in %s stays live", k.ref, k.path)
+			}
+			entries = append(entries, e)
+		}
+		if loses || len(entries) < foldEntries {
+			folded[int(m.PartitionSpecID())] = append(folded[int(m.PartitionSpecID())], entries...)
+		} else {
+			keep = append(keep, m)
+		}
+	}
+	if found != len(d.removed) {
+		var missing []string
+		for k := range d.removed {
+			missing = append(missing, k.path+" ("+k.ref+")")
+		}
+		slices.Sort(missing)
+		return nil, fmt.Errorf("cannot replace deletion vectors the table does not hold: %d of %d found, e.g. %s", found, len(d.removed), missing[0])
+	}
+
+	schema := c.tbl.Schema()
+	var added []iceberg.ManifestFile
+	n := 0
+	write := func(specID int, content iceberg.ManifestContent, fill func(w *iceberg.ManifestWriter) error) error {
+		spec := meta.PartitionSpecByID(specID)
+		if spec == nil {
+			return fmt.Errorf("partition spec %d is not the table's", specID)
+		}
+		n++
+		path := locs.NewMetadataLocation(fmt.Sprintf("%d-m%d-vectors.avro", snapID, n))
+		f, err := wfs.Create(path)
+		if err != nil {
+			return fmt.Errorf("creating manifest %s: %w", path, err)
+		}
+		written = append(written, path)
+		cw := &countingWriter{w: f}
+		w, err := iceberg.NewManifestWriter(meta.Version(), cw, *spec, schema, snapID, iceberg.WithManifestWriterContent(content))
+		if err == nil {
+			err = fill(w)
+		}
+		if w != nil {
+			if cerr := w.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if errors.Is(err, iceberg.ErrEmptyManifest) {
+			written = written[:len(written)-1]
+			_ = wfs.Remove(path)
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("writing manifest %s: %w", path, err)
+		}
+		mf, err := w.ToManifestFile(path, cw.n)
+		if err != nil {
+			return fmt.Errorf("writing manifest %s: %w", path, err)
+		}
+		added = append(added, mf)
+		return nil
+	}
+	var sum updateCounts
+	for _, specID := range slices.Sorted(maps.Keys(d.data)) {
+		err := write(specID, iceberg.ManifestContentData, func(w *iceberg.ManifestWriter) error {
+			for _, df := range d.data[specID] {
+				sum.added.count(df)
+				if err := w.Add(iceberg.NewManifestEntry(iceberg.EntryStatusADDED, &snapID, nil, nil, df)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+	}
+	specs := map[int]bool{}
+	for id := range d.deletes {
+		specs[id] = true
+	}
+	for _, m := range []map[int][]iceberg.ManifestEntry{folded, gone} {
+		for id := range m {
+			specs[id] = true
+		}
+	}
+	for _, specID := range slices.Sorted(maps.Keys(specs)) {
+		err := write(specID, iceberg.ManifestContentDeletes, func(w *iceberg.ManifestWriter) error {
+			for _, df := range d.deletes[specID] {
+				sum.added.count(df)
+				if err := w.Add(iceberg.NewManifestEntry(iceberg.EntryStatusADDED, &snapID, nil, nil, df)); err != nil {
+					return err
+				}
+			}
+			for _, e := range gone[specID] {
+				sum.removed.count(e.DataFile())
+				if err := w.Delete(e); err != nil {
+					return err
+				}
+			}
+			for _, e := range folded[specID] {
+				if err := w.Existing(e); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+	}
+
+	seq := meta.LastSequenceNumber() + 1
+	firstRowID := meta.NextRowID()
+	listPath := locs.NewMetadataLocation(fmt.Sprintf("snap-%d-0-vectors.avro", snapID))
+	out, err := wfs.Create(listPath)
+	if err != nil {
+		cleanup()
+		return nil, fmt.Errorf("creating manifest list %s: %w", listPath, err)
+	}
+	written = append(written, listPath)
+	parent := cur.SnapshotID
+	lw, err := iceberg.NewManifestListWriterV3(out, snapID, seq, firstRowID, &parent)
+	if err == nil {
+		err = lw.AddManifests(append(added, keep...))
+		if cerr := lw.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		cleanup()
+		return nil, fmt.Errorf("writing manifest list %s: %w", listPath, err)
+	}
+	addedRows := *lw.NextRowID() - firstRowID
+
+	props := sum.props()
+	for k, v := range summary {
+		props[k] = v
+	}
+	var prev iceberg.Properties
+	if cur.Summary != nil {
+		prev = cur.Summary.Properties
+	}
+	sum.totals(props, prev)
+	op := table.OpDelete
+	if len(d.data) > 0 {
+		op = table.OpOverwrite
+	}
+	schemaID := schema.ID
+	snap := table.Snapshot{
+		SnapshotID:       snapID,
+		ParentSnapshotID: &parent,
+		SequenceNumber:   seq,
+		TimestampMs:      max(time.Now().UnixMilli(), meta.LastUpdatedMillis()),
+		ManifestList:     listPath,
+		Summary:          &table.Summary{Operation: op, Properties: props},
+		SchemaID:         &schemaID,
+		FirstRowID:       &firstRowID,
+		AddedRows:        &addedRows,
+	}
+	kept[sinkProp(c.sinkID, propSnapshotID)] = strconv.FormatInt(snapID, 10)
+	updates := []table.Update{
+		table.NewAddSnapshotUpdate(&snap),
+		table.NewSetSnapshotRefUpdate(table.MainBranch, snapID, table.BranchRef, -1, -1, -1),
+		table.NewSetPropertiesUpdate(kept),
+	}
+	reqs := []table.Requirement{table.AssertTableUUID(meta.TableUUID()), table.AssertRefSnapshotID(table.MainBranch, &parent)}
+	committed, loc, err := cat.CommitTable(ctx, c.ident, reqs, updates)
+	if err != nil {
+		if Retryable(err) {
+			cleanup() // refused before anything was written to the catalog
+		}
+		return nil, err
+	}
+	removeOldMetadata(wfs, meta, committed)
+	return table.New(c.ident, committed, loc, c.fsF, c.cat), nil
+}
+
+// newSnapshotID returns a snapshot id meta does not hold.
+func newSnapshotID(meta table.Metadata) int64 {
+	for {
+		if id := rand.Int64N(1<<62) + 1; meta.SnapshotByID(id) == nil {
+			return id
+		}
+	}
+}
+
+// removeOldMetadata removes the metadata files that base's log listed and
+// committed's no longer does, when the table asks for it
+// (write.metadata.delete-after-commit.enabled), as iceberg-go's own
+// commits do. A file already gone is no error: another committer may
+// have removed it.
+func removeOldMetadata(wfs icebergio.WriteFileIO, base, committed table.Metadata) {
+	if !committed.Properties().GetBool(table.MetadataDeleteAfterCommitEnabledKey, table.MetadataDeleteAfterCommitEnabledDefault) {
+		return
+	}
+	still := map[string]bool{}
+	for e := range committed.PreviousFiles() {
+		still[e.MetadataFile] = true
+	}
+	for e := range base.PreviousFiles() {
+		if !still[e.MetadataFile] {
+			_ = wfs.Remove(e.MetadataFile)
+		}
+	}
+}
+
+// fileCounts adds up files as a snapshot summary counts them.
+type fileCounts struct {
+	size, data, records, deletes, posFiles, pos, eqFiles, eq int64
+}
+
+func (f *fileCounts) count(df iceberg.DataFile) {
+	f.size += df.FileSizeBytes()
+	switch df.ContentType() {
+	case iceberg.EntryContentData:
+		f.data++
+		f.records += df.Count()
+	case iceberg.EntryContentPosDeletes:
+		f.deletes++
+		f.posFiles++
+		f.pos += df.Count()
+	case iceberg.EntryContentEqDeletes:
+		f.deletes++
+		f.eqFiles++
+		f.eq += df.Count()
+	}
+}
+
+// updateCounts are a snapshot's added and removed files, as the
+// summary's added-*, removed-* and total-* properties (the names and
+// rules of iceberg-go's own snapshot summaries).
+type updateCounts struct{ added, removed fileCounts }
+
+func (u *updateCounts) props() iceberg.Properties {
+	p := iceberg.Properties{}
+	set := func(k string, v int64) {
+		if v > 0 {
+			p[k] = strconv.FormatInt(v, 10)
+		}
+	}
+	a, r := &u.added, &u.removed
+	set("added-files-size", a.size)
+	set("removed-files-size", r.size)
+	set("added-data-files", a.data)
+	set("deleted-data-files", r.data)
+	set("added-equality-delete-files", a.eqFiles)
+	set("removed-equality-delete-files", r.eqFiles)
+	set("added-position-delete-files", a.posFiles)
+	set("removed-position-delete-files", r.posFiles)
+	set("added-delete-files", a.deletes)
+	set("removed-delete-files", r.deletes)
+	set("added-records", a.records)
+	set("deleted-records", r.records)
+	set("added-position-deletes", a.pos)
+	set("removed-position-deletes", r.pos)
+	set("added-equality-deletes", a.eq)
+	set("removed-equality-deletes", r.eq)
+	return p
+}
+
+// totals sets the total-* properties of p from the parent's prev.
+func (u *updateCounts) totals(p, prev iceberg.Properties) {
+	total := func(k string, delta int64) {
+		if n := prev.GetInt64(k, 0) + delta; n >= 0 {
+			p[k] = strconv.FormatInt(n, 10)
+		}
+	}
+	a, r := &u.added, &u.removed
+	total("total-data-files", a.data-r.data)
+	total("total-delete-files", a.deletes-r.deletes)
+	total("total-records", a.records-r.records)
+	total("total-files-size", a.size-r.size)
+	total("total-position-deletes", a.pos-r.pos)
+	total("total-equality-deletes", a.eq-r.eq)
+}
