@@ -186,7 +186,7 @@ func runAppend(ctx context.Context, e *runEnv) (err error) {
 		e.res.Data.Bytes = int64(atoi(p["added-files-size"]))
 	}
 	e.pr.phase("scan", 0)
-	e.res.Scan, err = scanTable(ctx, tbl)
+	e.res.Scan, err = scanBest(ctx, tbl, e.opts.Scans)
 	return err
 }
 

@@ -257,6 +257,7 @@ type Config struct {
 	TargetFileSize int64         `json:"target_file_size,omitempty"` // Options.TargetFileSize
 	RewriteDeleted float64       `json:"rewrite_deleted,omitempty"`  // Options.RewriteDeleted
 	CompactEvery   int           `json:"compact_every,omitempty"`    // Options.CompactEvery
+	Scans          int           `json:"scans,omitempty"`            // Options.Scans
 	SampleInterval string        `json:"sample_interval"`            // Options.SampleInterval
 	GoMemoryLimit  string        `json:"go_memory_limit,omitempty"`  // the soft limit set, if any
 }

@@ -44,6 +44,10 @@ type Compaction struct {
 	// size tiering; MinInputFiles still applies per partition). For a
 	// caller that knows which files it wants rewritten.
 	Select func(path string) bool
+	// AllDeletes also rewrites every data file a delete applies to,
+	// whatever its size, alone if it is the only one (the round that ends
+	// a finite input: the table is left with no delete to apply).
+	AllDeletes bool
 	// Folder, when set, is the folder under the table's data folder the
 	// round writes its files into: CompactionFolder(sinkID) for a sink's
 	// own rounds, whose start-up sweep removes what a round killed before
@@ -118,6 +122,9 @@ func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, e
 	if p.MinInputFiles > 0 {
 		cfg.MinInputFiles = uint(p.MinInputFiles)
 	}
+	if p.AllDeletes {
+		cfg.DeleteFileThreshold = 1
+	}
 	maxBytes := p.MaxInputBytes
 	if maxBytes <= 0 {
 		maxBytes = 256 << 20
@@ -141,7 +148,7 @@ func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, e
 		} else {
 			tasks, size = tiered(g.Tasks, budget, cfg.DeleteFileThreshold)
 		}
-		if len(tasks) < max(2, int(cfg.MinInputFiles)) {
+		if len(tasks) < max(2, int(cfg.MinInputFiles)) && !(p.AllDeletes && slices.ContainsFunc(tasks, hasDeletes)) {
 			continue // not worth a rewrite yet
 		}
 		for _, t := range tasks {
@@ -285,6 +292,11 @@ func memoryOptions(tasks []table.FileScanTask, limit int64) []table.CompactionGr
 		table.WithCompactionRecordBatchBufferSize(4),
 		table.WithCompactionParquetRowGroupLimit(int(group)),
 	}
+}
+
+// hasDeletes reports whether a delete file applies to t's data file.
+func hasDeletes(t table.FileScanTask) bool {
+	return len(t.DeleteFiles)+len(t.EqualityDeleteFiles)+len(t.DeletionVectorFiles) > 0
 }
 
 // tiered picks the files of a planned group one round rewrites, smallest

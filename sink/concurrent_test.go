@@ -579,6 +579,12 @@ func TestCompactionInSinkAgainstModel(t *testing.T) {
 		if res.Stats.IndexNotSaved != "" {
 			t.Fatalf("a key index was not saved: %s", res.Stats.IndexNotSaved)
 		}
+		// The input ended: the last round left no delete to apply.
+		for _, task := range tasks {
+			if n := len(task.DeleteFiles) + len(task.EqualityDeleteFiles) + len(task.DeletionVectorFiles); n > 0 {
+				t.Fatalf("data file %s has %d delete files after the run", task.File.FilePath(), n)
+			}
+		}
 		t.Logf("%d commits, %d compactions (%+v), %d data files", res.Commits, res.Compactions, res.Compacted, len(tasks))
 		return res
 	}

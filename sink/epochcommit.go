@@ -128,27 +128,57 @@ func (e *epochCommitter) compactRound(epoch uint64) {
 	e.maint = ch
 	go func() {
 		defer close(ch)
-		t0 := time.Now()
-		c, err := e.cm.Compact(e.runCtx, *e.compact)
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		switch {
-		case err != nil:
-			e.log.Warn("compacting the table", "after-epoch", epoch, "err", err)
-		case c.Snapshot != 0:
-			e.compactions++
-			if e.metrics != nil {
-				e.metrics.compactions.Add(1)
-			}
-			e.compacted.RemovedDataFiles += c.RemovedDataFiles
-			e.compacted.AddedDataFiles += c.AddedDataFiles
-			e.compacted.RemovedDeleteFiles += c.RemovedDeleteFiles
-			e.compacted.BytesBefore += c.BytesBefore
-			e.compacted.BytesAfter += c.BytesAfter
-			e.log.Info("compacted the table", "after-epoch", epoch, "data-files-removed", c.RemovedDataFiles, "data-files-added", c.AddedDataFiles,
-				"delete-files-removed", c.RemovedDeleteFiles, "seconds", time.Since(t0).Seconds())
-		}
+		e.compactNow(epoch, *e.compact, "compacted the table")
 	}()
+}
+
+// finish runs, once a finite input ended, a round that also rewrites
+// every data file a delete applies to (commit.Compaction.AllDeletes):
+// the table the run leaves has no delete for a reader to apply. A run
+// that committed nothing leaves the table alone; a failure leaves it as
+// it was.
+func (e *epochCommitter) finish() {
+	e.waitMaintenance()
+	e.mu.Lock()
+	n, pol := e.n, e.compact
+	e.mu.Unlock()
+	if pol == nil || n == 0 {
+		return
+	}
+	p := *pol
+	p.AllDeletes = true
+	e.compactNow(e.committedEpoch(), p, "compacted the table at the end of the input")
+}
+
+// committedEpoch is the last epoch committed.
+func (e *epochCommitter) committedEpoch() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.pos.Epoch
+}
+
+// compactNow runs one round of policy p after epoch and counts it.
+func (e *epochCommitter) compactNow(epoch uint64, p commit.Compaction, done string) {
+	t0 := time.Now()
+	c, err := e.cm.Compact(e.runCtx, p)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case err != nil:
+		e.log.Warn("compacting the table", "after-epoch", epoch, "err", err)
+	case c.Snapshot != 0:
+		e.compactions++
+		if e.metrics != nil {
+			e.metrics.compactions.Add(1)
+		}
+		e.compacted.RemovedDataFiles += c.RemovedDataFiles
+		e.compacted.AddedDataFiles += c.AddedDataFiles
+		e.compacted.RemovedDeleteFiles += c.RemovedDeleteFiles
+		e.compacted.BytesBefore += c.BytesBefore
+		e.compacted.BytesAfter += c.BytesAfter
+		e.log.Info(done, "after-epoch", epoch, "data-files-removed", c.RemovedDataFiles, "data-files-added", c.AddedDataFiles,
+			"delete-files-removed", c.RemovedDeleteFiles, "seconds", time.Since(t0).Seconds())
+	}
 }
 
 func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads [][]byte) error {

@@ -561,6 +561,12 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 		// in-process coordinator stopped with it) is a consequence.
 		runErr = fmt.Errorf("%w; while stopping: %v", perr, runErr)
 	}
+	if runErr == nil && parent.Err() == nil && ec != nil && cfg.Database == nil {
+		// The input ended (a file, or a bounded read): one more round
+		// leaves the table with no delete to apply, the writers follow it
+		// as they close.
+		ec.finish()
+	}
 	if ec != nil {
 		res.Committed, res.Commits = ec.committed()
 		ec.mu.Lock()

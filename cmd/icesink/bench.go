@@ -92,6 +92,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	targetFile := fs.String("target-file-size", "", "writer's data-file `SIZE` (default: the table's, 512MiB)")
 	formatVersion := fs.Int("format-version", 2, "Iceberg format `VERSION` of the runs' tables: 2 or 3 (deletion vectors)")
 	compactEvery := fs.Int("compact-every", 0, "writer scenarios compact their table every `N` commits, the key index following (as run --maintain; 0: never)")
+	scans := fs.Int("scans", 1, "scan each run's table `N` times and report the fastest")
 	rewrite := fs.Float64("rewrite-deleted", 0, "writers rewrite at commit each data file of which this `SHARE` of rows was deleted in the window (0: never)")
 	workDir := fs.String("work-dir", "", "`DIR` for the runs' warehouses and spill files (default: the OS temp dir)")
 	keep := fs.Bool("keep", false, "keep each run's folder")
@@ -132,6 +133,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		SampleInterval: *interval,
 		RewriteDeleted: *rewrite,
 		CompactEvery:   *compactEvery,
+		Scans:          *scans,
 		FormatVersion:  *formatVersion,
 		CommandLine:    "icesink bench " + strings.Join(args, " "),
 	}
