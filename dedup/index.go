@@ -375,7 +375,10 @@ func (ix *Index) Ingest(n int, each func(fn func(hash uint64, key []byte, s Stat
 
 // spill writes the memory tier as the newest run and empties it.
 func (ix *Index) spill() error {
+	// The tier is emptied after: its entries may move into their order.
+	ix.mem.sortInPlace()
 	if err := ix.Resolve(); err != nil {
+		ix.mem.unsort()
 		return err
 	}
 	if ix.set == nil {
@@ -530,8 +533,8 @@ func (ix *Index) Resolve() error {
 	// states, not keys).
 	m.sortOrder()
 	cur := ix.set.NewCursor()
-	for _, i := range m.order {
-		e := &m.entries[i]
+	for j, i := range m.order {
+		e := m.sortedAt(j)
 		if e.file&flagPartial == 0 {
 			continue
 		}
@@ -601,7 +604,7 @@ func (ix *Index) Each(fn func(hash uint64, key []byte, s State) bool) error {
 	// them when last); it reports whether the tier holds (hash, key).
 	emitMem := func(hash uint64, key []byte, last bool) (same bool) {
 		for ; i < len(m.order) && !stop; i++ {
-			e := &m.entries[m.order[i]]
+			e := m.sortedAt(i)
 			c := 0
 			if !last {
 				if c = cmp.Compare(e.hash, hash); c == 0 {

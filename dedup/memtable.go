@@ -33,6 +33,10 @@ type memtable struct {
 	// sorted reports that order holds every entry in (hash, key) order:
 	// cleared by insert and clear.
 	sorted bool
+	// inPlace reports that the entries themselves are in (hash, key)
+	// order (sortInPlace), order[j] being the index entry j had: the slots
+	// no longer find them, so only clear (or reset) may follow.
+	inPlace bool
 }
 
 const maxArena = 1<<32 - 1
@@ -168,23 +172,96 @@ func (m *memtable) rehash(n int) {
 // returns false.
 func (m *memtable) eachSorted(fn func(hash uint64, key []byte, s State) bool) {
 	m.sortOrder()
-	for _, i := range m.order {
-		e := &m.entries[i]
+	for j := range m.order {
+		e := m.sortedAt(j)
 		if !fn(e.hash, m.key(e), unpack(e.file, e.pos)) {
 			return
 		}
 	}
 }
 
-// sortOrder fills m.order with the entries' indexes in (hash, key) order.
-func (m *memtable) sortOrder() {
-	if m.sorted {
+// sortedAt is the entry at position j of the (hash, key) order.
+func (m *memtable) sortedAt(j int) *memEntry {
+	if m.inPlace {
+		return &m.entries[j]
+	}
+	return &m.entries[m.order[j]]
+}
+
+// sortInPlace moves the entries themselves into (hash, key) order, order
+// keeping each one's former index (its id for the index's callers), so
+// that the passes of a spill (Resolve, then the run's writing) read them
+// in memory order instead of one cache miss each. The entries are bucketed
+// by the top bits of their hashes (a sequential counting pass), moved once
+// (cycle by cycle), and each bucket of about eight is sorted where it lies.
+// The slots no longer find the entries: only clear may follow.
+func (m *memtable) sortInPlace() {
+	if m.inPlace {
 		return
 	}
 	n := len(m.entries)
+	ends := m.bucket()
+	// Entry j becomes the one at order[j], following each cycle of the
+	// permutation once.
+	moved := make([]uint64, (n+63)/64)
+	for j := range n {
+		if moved[j>>6]&(1<<(j&63)) != 0 {
+			continue
+		}
+		tmp := m.entries[j]
+		for k := j; ; {
+			moved[k>>6] |= 1 << (k & 63)
+			src := int(m.order[k])
+			if src == j {
+				m.entries[k] = tmp
+				break
+			}
+			m.entries[k] = m.entries[src]
+			k = src
+		}
+	}
+	// An insertion sort of each bucket, entries and order together.
+	lo := 0
+	for _, end := range ends {
+		hi := int(end)
+		for i := lo + 1; i < hi; i++ {
+			for j := i; j > lo && m.less(&m.entries[j], &m.entries[j-1]); j-- {
+				m.entries[j], m.entries[j-1] = m.entries[j-1], m.entries[j]
+				m.order[j], m.order[j-1] = m.order[j-1], m.order[j]
+			}
+		}
+		lo = hi
+	}
+	m.sorted, m.inPlace = true, true
+}
+
+// unsort makes entries sortInPlace moved findable again (their indexes
+// changed: ids given out before do not name them any more).
+func (m *memtable) unsort() {
+	if !m.inPlace {
+		return
+	}
+	if len(m.slots) > 0 {
+		m.rehash(len(m.slots))
+	}
+	m.sorted, m.inPlace = false, false
+}
+
+// less orders entries by (hash, key).
+func (m *memtable) less(a, b *memEntry) bool {
+	if a.hash != b.hash {
+		return a.hash < b.hash
+	}
+	return bytes.Compare(m.key(a), m.key(b)) < 0
+}
+
+// bucket fills m.order with the entries' indexes bucketed by the top bits
+// of their hashes, and returns each bucket's end in order. Hashes are
+// uniform: a counting pass puts each entry in a bucket of about eight,
+// which a sort of each bucket finishes.
+func (m *memtable) bucket() []uint32 {
+	n := len(m.entries)
 	m.order = slices.Grow(m.order[:0], n)[:n]
-	// Hashes are uniform: a counting pass by their top bits puts each
-	// entry in a bucket of about eight, and a sort of each bucket finishes.
 	b := min(max(bits.Len(uint(n))-3, 1), 16)
 	shift := 64 - b
 	ends := make([]uint32, 1<<b+1)
@@ -199,6 +276,16 @@ func (m *memtable) sortOrder() {
 		m.order[ends[k]] = uint32(i)
 		ends[k]++
 	}
+	// ends[k] is now the end of bucket k (and the start of k+1).
+	return ends[:1<<b]
+}
+
+// sortOrder fills m.order with the entries' indexes in (hash, key) order.
+func (m *memtable) sortOrder() {
+	if m.sorted {
+		return
+	}
+	ends := m.bucket()
 	less := func(a, b uint32) int {
 		ea, eb := &m.entries[a], &m.entries[b]
 		if c := cmp.Compare(ea.hash, eb.hash); c != 0 {
@@ -206,9 +293,8 @@ func (m *memtable) sortOrder() {
 		}
 		return bytes.Compare(m.key(ea), m.key(eb))
 	}
-	// ends[k] is now the end of bucket k (and the start of k+1).
 	lo := uint32(0)
-	for _, hi := range ends[:1<<b] {
+	for _, hi := range ends {
 		if hi-lo > 1 {
 			slices.SortFunc(m.order[lo:hi], less)
 		}
@@ -220,7 +306,7 @@ func (m *memtable) sortOrder() {
 // clear drops every entry and keeps the allocations for reuse.
 func (m *memtable) clear() {
 	clear(m.slots)
-	m.sorted = false
+	m.sorted, m.inPlace = false, false
 	m.entries = m.entries[:0]
 	m.arena = m.arena[:0]
 }

@@ -2,6 +2,8 @@ package dedup
 
 import (
 	"encoding/binary"
+	"math/rand/v2"
+	"slices"
 	"testing"
 )
 
@@ -37,6 +39,55 @@ func TestMemtableFingerprintTwins(t *testing.T) {
 		}
 		if i == 700 || i == n-1 {
 			check(i + 1)
+		}
+	}
+}
+
+// TestMemtableSortInPlace: the entries moved into (hash, key) order keep
+// each one's key and state, order names the index each had (the id
+// Resolve reports), keys of one hash are ordered by their bytes, and
+// eachSorted walks them in that order; the same walk as without moving.
+func TestMemtableSortInPlace(t *testing.T) {
+	for _, n := range []int{0, 1, 2, 9, 1000, 70000} {
+		var m, ref memtable
+		rng := rand.New(rand.NewPCG(uint64(n), 3))
+		for i := range n {
+			h := rng.Uint64()
+			if i%7 == 3 {
+				h = m.entries[rng.IntN(i)].hash // a collision: same hash, another key
+			}
+			key := binary.BigEndian.AppendUint64(nil, rng.Uint64())
+			s := State{HasRow: true, Row: Ref{File: 1, Pos: uint32(i)}}
+			if !m.insert(-1, h, key, s) || !ref.insert(-1, h, key, s) {
+				t.Fatal("arena full")
+			}
+		}
+		type seen struct {
+			hash uint64
+			key  string
+			pos  uint32
+		}
+		var want, got []seen
+		ref.eachSorted(func(h uint64, k []byte, s State) bool {
+			want = append(want, seen{h, string(k), s.Row.Pos})
+			return true
+		})
+		m.sortInPlace()
+		m.eachSorted(func(h uint64, k []byte, s State) bool {
+			got = append(got, seen{h, string(k), s.Row.Pos})
+			return true
+		})
+		if !slices.Equal(got, want) {
+			t.Fatalf("%d entries: the walk after moving them differs from the walk by index", n)
+		}
+		for j := range m.entries {
+			e := &m.entries[j]
+			if uint32(m.order[j]) != unpack(e.file, e.pos).Row.Pos {
+				t.Fatalf("%d entries: entry %d had index %d, order says %d", n, j, unpack(e.file, e.pos).Row.Pos, m.order[j])
+			}
+			if j > 0 && !m.less(&m.entries[j-1], e) {
+				t.Fatalf("%d entries: entries %d and %d out of (hash, key) order", n, j-1, j)
+			}
 		}
 	}
 }
