@@ -36,11 +36,11 @@ func newTable(t *testing.T) (*warehouse.Warehouse, *table.Table) {
 // newTableWith is newTable, the table created with props.
 func newTableWith(t *testing.T, props iceberg.Properties) (*warehouse.Warehouse, *table.Table) {
 	t.Helper()
-	return newTableOf(t, testSchema(), props)
+	return newTableOf(t, warehouse.TableSpec{Schema: testSchema(), Properties: props})
 }
 
-// newTableOf is newTable, the table created with schema and props.
-func newTableOf(t *testing.T, schema *iceberg.Schema, props iceberg.Properties) (*warehouse.Warehouse, *table.Table) {
+// newTableOf is newTable, the table created from spec.
+func newTableOf(t *testing.T, spec warehouse.TableSpec) (*warehouse.Warehouse, *table.Table) {
 	t.Helper()
 	ctx := context.Background()
 	wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
@@ -48,7 +48,7 @@ func newTableOf(t *testing.T, schema *iceberg.Schema, props iceberg.Properties) 
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { wh.Close() })
-	tbl, _, err := wh.LoadOrCreate(ctx, testIdent, warehouse.TableSpec{Schema: schema, Properties: props})
+	tbl, _, err := wh.LoadOrCreate(ctx, testIdent, spec)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,13 +57,13 @@ type vectorDelta struct {
 
 func decodeDelta(meta table.Metadata, payloads []Payload) (vectorDelta, error) {
 	d := vectorDelta{data: map[int][]iceberg.DataFile{}, deletes: map[int][]iceberg.DataFile{}, removed: map[vectorKey]iceberg.DataFile{}}
-	err := eachFile(meta, payloads, func(p *Payload, f File, df iceberg.DataFile) error {
+	err := eachFile(meta, payloads, func(_ *Payload, f File, df iceberg.DataFile) error {
 		switch f.Kind {
 		case DataFile:
 			if df.ContentType() != iceberg.EntryContentData {
 				return fmt.Errorf("data file %s has content %s", f.Path, df.ContentType())
 			}
-			d.data[p.SpecID] = append(d.data[p.SpecID], df)
+			d.data[int(df.SpecID())] = append(d.data[int(df.SpecID())], df)
 		case ReplacedDeletionVector:
 			k := keyOf(df)
 			if _, dup := d.removed[k]; dup {
@@ -77,7 +77,7 @@ func decodeDelta(meta table.Metadata, payloads []Payload) (vectorDelta, error) {
 			if df.ContentType() == iceberg.EntryContentPosDeletes && !table.IsDeletionVector(df) {
 				return fmt.Errorf("position delete file %s must be a deletion vector in a format v3 table", f.Path)
 			}
-			d.deletes[p.SpecID] = append(d.deletes[p.SpecID], df)
+			d.deletes[int(df.SpecID())] = append(d.deletes[int(df.SpecID())], df)
 		}
 		return nil
 	})

@@ -24,23 +24,23 @@ type vectorSide struct {
 	w  *deltawriter.Writer
 }
 
-func newVectorSide(t *testing.T, rowDelta bool) *vectorSide {
-	return newVectorSideWith(t, rowDelta, nil)
+func newVectorSide(t *testing.T, rowDelta bool, part *iceberg.PartitionSpec) *vectorSide {
+	return newVectorSideWith(t, rowDelta, part, nil)
 }
 
 // newVectorSideWith is newVectorSide, committing through the loader
 // wrap makes of the warehouse's catalog (nil: the catalog).
-func newVectorSideWith(t *testing.T, rowDelta bool, wrap func(catalog.Catalog) commit.TableLoader) *vectorSide {
+func newVectorSideWith(t *testing.T, rowDelta bool, part *iceberg.PartitionSpec, wrap func(catalog.Catalog) commit.TableLoader) *vectorSide {
 	t.Helper()
 	ctx := context.Background()
 	schema := iceberg.NewSchemaWithIdentifiers(0, []int{1},
 		iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true},
 		iceberg.NestedField{ID: 2, Name: "v", Type: iceberg.PrimitiveTypes.Int64, Required: true})
-	wh, tbl := newTableOf(t, schema, iceberg.Properties{
+	wh, tbl := newTableOf(t, warehouse.TableSpec{Schema: schema, Partition: part, Properties: iceberg.Properties{
 		"format-version": "3",
 		table.MetadataDeleteAfterCommitEnabledKey: "true",
 		table.MetadataPreviousVersionsMaxKey:      "4",
-	})
+	}})
 	var loader commit.TableLoader = wh.Catalog
 	if wrap != nil {
 		loader = wrap(wh.Catalog)
@@ -111,9 +111,20 @@ func vectorsPerFile(t *testing.T, tbl *table.Table) (files, vectors int) {
 // data files and vectors (one per data file at most), the rows the
 // scanner reads, which are the stream's final state, and the metadata
 // files left (write.metadata.delete-after-commit.enabled). The vector commits
-// keep one delete manifest where RowDelta adds one per commit.
+// keep one delete manifest (per spec) where RowDelta adds one per
+// commit. Unpartitioned and partitioned (bucket[4] of the key: a window
+// writes a data file and vectors per bucket).
 func TestVectorCommitsMatchRowDelta(t *testing.T) {
-	own, ref := newVectorSide(t, false), newVectorSide(t, true)
+	bucket := iceberg.NewPartitionSpec(iceberg.PartitionField{SourceIDs: []int{1}, FieldID: 1000, Name: "id_bucket", Transform: iceberg.BucketTransform{NumBuckets: 4}})
+	for _, part := range []*iceberg.PartitionSpec{nil, &bucket} {
+		t.Run(map[bool]string{true: "unpartitioned", false: "bucketed"}[part == nil], func(t *testing.T) {
+			testVectorCommitsMatchRowDelta(t, part)
+		})
+	}
+}
+
+func testVectorCommitsMatchRowDelta(t *testing.T, part *iceberg.PartitionSpec) {
+	own, ref := newVectorSide(t, false, part), newVectorSide(t, true, part)
 	rng := rand.New(rand.NewPCG(5, 7))
 	model := map[int64]int64{}
 	const commits, per, keys = 24, 150, 300
@@ -186,11 +197,38 @@ func TestVectorCommitsMatchRowDelta(t *testing.T) {
 	if a, b := metadataFiles(t, own.cm.Table()), metadataFiles(t, ref.cm.Table()); a != b {
 		t.Errorf("%d metadata files left, RowDelta's %d", a, b)
 	}
+	// A filtered scan prunes manifests by their partition summaries.
+	for k := range int64(20) {
+		_, live := model[k]
+		for _, side := range []*vectorSide{own, ref} {
+			if n := rowsWhere(t, side.cm.Table(), k); n != map[bool]int64{true: 1, false: 0}[live] {
+				t.Fatalf("a scan for key %d reads %d rows (live: %v)", k, n, live)
+			}
+		}
+	}
 	_, dela := countManifests(t, own.cm.Table())
 	_, delb := countManifests(t, ref.cm.Table())
 	if dela != 1 || delb < commits/2 {
 		t.Errorf("%d delete manifests, RowDelta's %d; want 1 and one per commit", dela, delb)
 	}
+}
+
+// rowsWhere counts the rows a scan of tbl filtered on id = k reads.
+func rowsWhere(t *testing.T, tbl *table.Table, k int64) int64 {
+	t.Helper()
+	_, recs, err := tbl.Scan(table.WithRowFilter(iceberg.EqualTo(iceberg.Reference("id"), k))).ToArrowRecords(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for rec, err := range recs {
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += rec.NumRows()
+		rec.Release()
+	}
+	return n
 }
 
 // metadataFiles counts the table's metadata JSON files.
@@ -241,7 +279,7 @@ func vectorFiles(t *testing.T, tbl *table.Table) map[string]bool {
 func TestVectorCommitRefusedLeavesNoFiles(t *testing.T) {
 	ctx := context.Background()
 	var rc *racingCatalog
-	s := newVectorSideWith(t, false, func(cat catalog.Catalog) commit.TableLoader {
+	s := newVectorSideWith(t, false, nil, func(cat catalog.Catalog) commit.TableLoader {
 		rc = &racingCatalog{Catalog: cat}
 		return rc
 	})
