@@ -122,8 +122,12 @@ func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, e
 	if p.MinInputFiles > 0 {
 		cfg.MinInputFiles = uint(p.MinInputFiles)
 	}
+	minFiles := int(cfg.MinInputFiles)
 	if p.AllDeletes {
-		cfg.DeleteFileThreshold = 1
+		// Every file with a delete is a candidate, in a group of any size
+		// (Analyze drops the groups under MinInputFiles: the check below
+		// applies it to the others).
+		cfg.DeleteFileThreshold, cfg.MinInputFiles = 1, 1
 	}
 	maxBytes := p.MaxInputBytes
 	if maxBytes <= 0 {
@@ -148,7 +152,7 @@ func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, e
 		} else {
 			tasks, size = tiered(g.Tasks, budget, cfg.DeleteFileThreshold)
 		}
-		if len(tasks) < max(2, int(cfg.MinInputFiles)) && !(p.AllDeletes && slices.ContainsFunc(tasks, hasDeletes)) {
+		if len(tasks) < max(2, minFiles) && !(p.AllDeletes && slices.ContainsFunc(tasks, hasDeletes)) {
 			continue // not worth a rewrite yet
 		}
 		for _, t := range tasks {

@@ -593,3 +593,33 @@ func TestCompactionInSinkAgainstModel(t *testing.T) {
 		t.Fatalf("the rerun reused %d key indexes and read %d rows, want both indexes and none", res.Stats.IndexesReused, res.Stats.IndexRebuildRows)
 	}
 }
+
+// TestFinalRoundAtDefaults: with the default compaction policy (a round
+// takes five files or more) a run of one window leaves one data file with
+// its window's position deletes; the round at the end of the input
+// rewrites it alone, and the table reads as the stream's final state.
+func TestFinalRoundAtDefaults(t *testing.T) {
+	ctx := context.Background()
+	wh, ident := newWarehouse(t)
+	cfg := sink.Config{SinkID: "fin", CheckpointRows: 1 << 20, Compaction: &commit.Compaction{},
+		Writer: deltawriter.Options{SpillDir: t.TempDir()}}
+	var input []byte // without the barriers: one window
+	for line := range bytes.Lines(genInput(t, 4, 2000, 300)) {
+		if string(bytes.TrimSpace(line)) != changelog.BarrierLine {
+			input = append(input, line...)
+		}
+	}
+	res := runAndCheck(t, wh, cfg, input)
+	tbl, err := wh.Catalog.LoadTable(ctx, ident)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := tbl.Scan().PlanFiles(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Commits != 1 || res.Compactions != 1 || len(tasks) != 1 || len(tasks[0].DeleteFiles) != 0 {
+		t.Fatalf("%d commits, %d compactions, %d data files (the first with %d delete files); want 1, 1, 1 without",
+			res.Commits, res.Compactions, len(tasks), len(tasks[0].DeleteFiles))
+	}
+}
