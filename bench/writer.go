@@ -177,8 +177,8 @@ func runWriter(ctx context.Context, e *runEnv) (err error) {
 	if err := follow(); err != nil {
 		return err
 	}
-	if e.opts.CompactEvery > 0 {
-		// As a run whose input ended.
+	if n := e.opts.CompactEvery; n > 0 && e.res.Commits >= n {
+		// As a run whose input ended, having maintained its table.
 		if err := compact(true); err != nil {
 			return err
 		}

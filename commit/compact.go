@@ -46,7 +46,9 @@ type Compaction struct {
 	Select func(path string) bool
 	// AllDeletes also rewrites every data file a delete applies to,
 	// whatever its size, alone if it is the only one (the round that ends
-	// a finite input: the table is left with no delete to apply).
+	// a finite input: the table is left with no delete to apply), and
+	// holds MaxInputBytes strictly (files that would pass it are left
+	// out, smallest first in).
 	AllDeletes bool
 	// Folder, when set, is the folder under the table's data folder the
 	// round writes its files into: CompactionFolder(sinkID) for a sink's
@@ -151,6 +153,11 @@ func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, e
 			}
 		} else {
 			tasks, size = tiered(g.Tasks, budget, cfg.DeleteFileThreshold)
+		}
+		for p.AllDeletes && size > budget && len(tasks) > 0 {
+			// tiered's picks are smallest first: drop the largest.
+			size -= tasks[len(tasks)-1].File.FileSizeBytes()
+			tasks = tasks[:len(tasks)-1]
 		}
 		if len(tasks) < max(2, minFiles) && !(p.AllDeletes && slices.ContainsFunc(tasks, hasDeletes)) {
 			continue // not worth a rewrite yet

@@ -134,15 +134,17 @@ func (e *epochCommitter) compactRound(epoch uint64) {
 
 // finish runs, once a finite input ended, a round that also rewrites
 // every data file a delete applies to (commit.Compaction.AllDeletes):
-// the table the run leaves has no delete for a reader to apply. A run
-// that committed nothing leaves the table alone; a failure leaves it as
-// it was.
+// the table the run leaves has no delete for a reader to apply. Only a
+// run that maintained its table (committed a round's period of epochs)
+// does: a bulk load of a window or a few leaves its files as they are,
+// since rewriting them would cost about what the load did. A failure
+// leaves the table as it was.
 func (e *epochCommitter) finish() {
 	e.waitMaintenance()
 	e.mu.Lock()
 	n, pol := e.n, e.compact
 	e.mu.Unlock()
-	if pol == nil || n == 0 {
+	if pol == nil || n < e.compactEvery {
 		return
 	}
 	p := *pol
