@@ -124,112 +124,16 @@ func (c *Committer) commitVectors(ctx context.Context, cat tableCommitter, wfs i
 	if err != nil {
 		return nil, fmt.Errorf("reading the manifest list of snapshot %d: %w", cur.SnapshotID, err)
 	}
-	snapID := newSnapshotID(meta)
-	var written []string // removed when the catalog surely refused the commit
-	cleanup := func() {
-		for _, p := range written {
-			_ = wfs.Remove(p)
-		}
+	keep, folded, gone, err := d.fold(wfs, mans)
+	if err != nil {
+		return nil, err
 	}
 
-	// Which data files get a vector now: their live one must be replaced.
-	replaced := map[string]bool{}
-	for _, dfs := range d.deletes {
-		for _, df := range dfs {
-			if table.IsDeletionVector(df) {
-				replaced[keyOf(df).ref] = true
-			}
-		}
-	}
-	var keep []iceberg.ManifestFile
-	folded := map[int][]iceberg.ManifestEntry{} // spec id -> live entries moved into the new manifest
-	gone := map[int][]iceberg.ManifestEntry{}   // spec id -> the replaced vectors' entries
-	found := 0
-	for _, m := range mans {
-		if m.ManifestContent() != iceberg.ManifestContentDeletes {
-			keep = append(keep, m)
-			continue
-		}
-		var entries []iceberg.ManifestEntry
-		loses := false
-		for e, err := range m.Entries(wfs, true) {
-			if err != nil {
-				return nil, fmt.Errorf("reading delete manifest %s: %w", m.FilePath(), err)
-			}
-			df := e.DataFile()
-			k := keyOf(df)
-			if _, ok := d.removed[k]; ok && table.IsDeletionVector(df) {
-				found++
-				loses = true
-				gone[int(m.PartitionSpecID())] = append(gone[int(m.PartitionSpecID())], e)
-				continue
-			}
-			if table.IsDeletionVector(df) && replaced[k.ref] {
-				return nil, fmt.Errorf("data file %s gets a new deletion vector while its vector in %s stays live", k.ref, k.path)
-			}
-			entries = append(entries, e)
-		}
-		if loses || len(entries) < foldEntries {
-			folded[int(m.PartitionSpecID())] = append(folded[int(m.PartitionSpecID())], entries...)
-		} else {
-			keep = append(keep, m)
-		}
-	}
-	if found != len(d.removed) {
-		var missing []string
-		for k := range d.removed {
-			missing = append(missing, k.path+" ("+k.ref+")")
-		}
-		slices.Sort(missing)
-		return nil, fmt.Errorf("cannot replace deletion vectors the table does not hold: %d of %d found, e.g. %s", found, len(d.removed), missing[0])
-	}
-
-	schema := c.tbl.Schema()
-	var added []iceberg.ManifestFile
-	n := 0
-	write := func(specID int, content iceberg.ManifestContent, fill func(w *iceberg.ManifestWriter) error) error {
-		spec := meta.PartitionSpecByID(specID)
-		if spec == nil {
-			return fmt.Errorf("partition spec %d is not the table's", specID)
-		}
-		n++
-		path := locs.NewMetadataLocation(fmt.Sprintf("%d-m%d-vectors.avro", snapID, n))
-		f, err := wfs.Create(path)
-		if err != nil {
-			return fmt.Errorf("creating manifest %s: %w", path, err)
-		}
-		written = append(written, path)
-		cw := &countingWriter{w: f}
-		w, err := iceberg.NewManifestWriter(meta.Version(), cw, *spec, schema, snapID, iceberg.WithManifestWriterContent(content))
-		if err == nil {
-			err = fill(w)
-		}
-		if w != nil {
-			if cerr := w.Close(); err == nil {
-				err = cerr
-			}
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if errors.Is(err, iceberg.ErrEmptyManifest) {
-			written = written[:len(written)-1]
-			_ = wfs.Remove(path)
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("writing manifest %s: %w", path, err)
-		}
-		mf, err := w.ToManifestFile(path, cw.n)
-		if err != nil {
-			return fmt.Errorf("writing manifest %s: %w", path, err)
-		}
-		added = append(added, mf)
-		return nil
-	}
+	sw := &snapshotWriter{wfs: wfs, locs: locs, meta: meta, schema: c.tbl.Schema(), id: newSnapshotID(meta)}
+	snapID := sw.id
 	var sum updateCounts
 	for _, specID := range slices.Sorted(maps.Keys(d.data)) {
-		err := write(specID, iceberg.ManifestContentData, func(w *iceberg.ManifestWriter) error {
+		err := sw.manifest(specID, iceberg.ManifestContentData, func(w *iceberg.ManifestWriter) error {
 			for _, df := range d.data[specID] {
 				sum.added.count(df)
 				if err := w.Add(iceberg.NewManifestEntry(iceberg.EntryStatusADDED, &snapID, nil, nil, df)); err != nil {
@@ -239,7 +143,7 @@ func (c *Committer) commitVectors(ctx context.Context, cat tableCommitter, wfs i
 			return nil
 		})
 		if err != nil {
-			cleanup()
+			sw.cleanup()
 			return nil, err
 		}
 	}
@@ -253,7 +157,7 @@ func (c *Committer) commitVectors(ctx context.Context, cat tableCommitter, wfs i
 		}
 	}
 	for _, specID := range slices.Sorted(maps.Keys(specs)) {
-		err := write(specID, iceberg.ManifestContentDeletes, func(w *iceberg.ManifestWriter) error {
+		err := sw.manifest(specID, iceberg.ManifestContentDeletes, func(w *iceberg.ManifestWriter) error {
 			for _, df := range d.deletes[specID] {
 				sum.added.count(df)
 				if err := w.Add(iceberg.NewManifestEntry(iceberg.EntryStatusADDED, &snapID, nil, nil, df)); err != nil {
@@ -274,36 +178,17 @@ func (c *Committer) commitVectors(ctx context.Context, cat tableCommitter, wfs i
 			return nil
 		})
 		if err != nil {
-			cleanup()
+			sw.cleanup()
 			return nil, err
 		}
 	}
-
-	seq := meta.LastSequenceNumber() + 1
-	firstRowID := meta.NextRowID()
-	listPath := locs.NewMetadataLocation(fmt.Sprintf("snap-%d-0-vectors.avro", snapID))
-	out, err := wfs.Create(listPath)
-	if err != nil {
-		cleanup()
-		return nil, fmt.Errorf("creating manifest list %s: %w", listPath, err)
-	}
-	written = append(written, listPath)
 	parent := cur.SnapshotID
-	lw, err := iceberg.NewManifestListWriterV3(out, snapID, seq, firstRowID, &parent)
-	if err == nil {
-		err = lw.AddManifests(append(added, keep...))
-		if cerr := lw.Close(); err == nil {
-			err = cerr
-		}
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
+	seq, firstRowID := meta.LastSequenceNumber()+1, meta.NextRowID()
+	listPath, addedRows, err := sw.list(seq, firstRowID, parent, keep)
 	if err != nil {
-		cleanup()
-		return nil, fmt.Errorf("writing manifest list %s: %w", listPath, err)
+		sw.cleanup()
+		return nil, err
 	}
-	addedRows := *lw.NextRowID() - firstRowID
 
 	props := sum.props()
 	for k, v := range summary {
@@ -318,7 +203,7 @@ func (c *Committer) commitVectors(ctx context.Context, cat tableCommitter, wfs i
 	if len(d.data) > 0 {
 		op = table.OpOverwrite
 	}
-	schemaID := schema.ID
+	schemaID := sw.schema.ID
 	snap := table.Snapshot{
 		SnapshotID:       snapID,
 		ParentSnapshotID: &parent,
@@ -340,12 +225,162 @@ func (c *Committer) commitVectors(ctx context.Context, cat tableCommitter, wfs i
 	committed, loc, err := cat.CommitTable(ctx, c.ident, reqs, updates)
 	if err != nil {
 		if Retryable(err) {
-			cleanup() // refused before anything was written to the catalog
+			sw.cleanup() // refused before anything was written to the catalog
 		}
 		return nil, err
 	}
 	removeOldMetadata(wfs, meta, committed)
 	return table.New(c.ident, committed, loc, c.fsF, c.cat), nil
+}
+
+// fold reads the delete manifests among mans: it returns the manifests
+// the new snapshot lists as they are (the data manifests, and the delete
+// manifests that lose no entry and hold foldEntries or more), and per
+// partition spec the live entries of the others (folded) and the replaced
+// vectors' entries (gone). A replaced vector the manifests do not hold,
+// and a live vector of a data file that gets a new one without its old
+// one replaced, are refused.
+func (d *vectorDelta) fold(fsys icebergio.IO, mans []iceberg.ManifestFile) (keep []iceberg.ManifestFile, folded, gone map[int][]iceberg.ManifestEntry, err error) {
+	replaced := map[string]bool{} // data files that get a vector now
+	for _, dfs := range d.deletes {
+		for _, df := range dfs {
+			if table.IsDeletionVector(df) {
+				replaced[keyOf(df).ref] = true
+			}
+		}
+	}
+	folded, gone = map[int][]iceberg.ManifestEntry{}, map[int][]iceberg.ManifestEntry{}
+	found := 0
+	for _, m := range mans {
+		if m.ManifestContent() != iceberg.ManifestContentDeletes {
+			keep = append(keep, m)
+			continue
+		}
+		spec := int(m.PartitionSpecID())
+		var entries []iceberg.ManifestEntry
+		loses := false
+		for e, err := range m.Entries(fsys, true) {
+			if err != nil {
+				return nil, nil, nil, fmt.Errorf("reading delete manifest %s: %w", m.FilePath(), err)
+			}
+			df := e.DataFile()
+			k := keyOf(df)
+			if _, ok := d.removed[k]; ok && table.IsDeletionVector(df) {
+				found++
+				loses = true
+				gone[spec] = append(gone[spec], e)
+				continue
+			}
+			if table.IsDeletionVector(df) && replaced[k.ref] {
+				return nil, nil, nil, fmt.Errorf("data file %s gets a new deletion vector while its vector in %s stays live", k.ref, k.path)
+			}
+			entries = append(entries, e)
+		}
+		if loses || len(entries) < foldEntries {
+			folded[spec] = append(folded[spec], entries...)
+		} else {
+			keep = append(keep, m)
+		}
+	}
+	if found != len(d.removed) {
+		var missing []string
+		for k := range d.removed {
+			missing = append(missing, k.path+" ("+k.ref+")")
+		}
+		slices.Sort(missing)
+		return nil, nil, nil, fmt.Errorf("cannot replace deletion vectors the table does not hold: %d of %d found, e.g. %s", found, len(d.removed), missing[0])
+	}
+	return keep, folded, gone, nil
+}
+
+// snapshotWriter writes the manifests and the manifest list of snapshot
+// id of a format v3 table, remembering the files for a clean-up.
+type snapshotWriter struct {
+	wfs     icebergio.WriteFileIO
+	locs    table.LocationProvider
+	meta    table.Metadata
+	schema  *iceberg.Schema
+	id      int64
+	n       int                    // manifests written
+	added   []iceberg.ManifestFile // the manifests written
+	written []string               // every file written
+}
+
+// cleanup removes what the writer wrote (the catalog surely refused the
+// snapshot, or it was never offered).
+func (sw *snapshotWriter) cleanup() {
+	for _, p := range sw.written {
+		_ = sw.wfs.Remove(p)
+	}
+}
+
+// manifest writes a manifest of content for partition spec specID with
+// the entries fill adds; one that gets none is not kept.
+func (sw *snapshotWriter) manifest(specID int, content iceberg.ManifestContent, fill func(w *iceberg.ManifestWriter) error) error {
+	spec := sw.meta.PartitionSpecByID(specID)
+	if spec == nil {
+		return fmt.Errorf("partition spec %d is not the table's", specID)
+	}
+	sw.n++
+	path := sw.locs.NewMetadataLocation(fmt.Sprintf("%d-m%d-vectors.avro", sw.id, sw.n))
+	f, err := sw.wfs.Create(path)
+	if err != nil {
+		return fmt.Errorf("creating manifest %s: %w", path, err)
+	}
+	sw.written = append(sw.written, path)
+	cw := &countingWriter{w: f}
+	w, err := iceberg.NewManifestWriter(sw.meta.Version(), cw, *spec, sw.schema, sw.id, iceberg.WithManifestWriterContent(content))
+	if err == nil {
+		err = fill(w)
+	}
+	if w != nil {
+		if cerr := w.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if errors.Is(err, iceberg.ErrEmptyManifest) {
+		sw.written = sw.written[:len(sw.written)-1]
+		_ = sw.wfs.Remove(path)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("writing manifest %s: %w", path, err)
+	}
+	mf, err := w.ToManifestFile(path, cw.n)
+	if err != nil {
+		return fmt.Errorf("writing manifest %s: %w", path, err)
+	}
+	sw.added = append(sw.added, mf)
+	return nil
+}
+
+// list writes the snapshot's manifest list: the manifests written, then
+// keep. The list assigns the new data manifests' first row ids from
+// firstRowID; it returns its path and the rows it assigned ids to.
+func (sw *snapshotWriter) list(seq, firstRowID, parent int64, keep []iceberg.ManifestFile) (string, int64, error) {
+	path := sw.locs.NewMetadataLocation(fmt.Sprintf("snap-%d-0-vectors.avro", sw.id))
+	out, err := sw.wfs.Create(path)
+	if err != nil {
+		return "", 0, fmt.Errorf("creating manifest list %s: %w", path, err)
+	}
+	sw.written = append(sw.written, path)
+	lw, err := iceberg.NewManifestListWriterV3(out, sw.id, seq, firstRowID, &parent)
+	if err == nil {
+		err = lw.AddManifests(append(slices.Clip(sw.added), keep...))
+		if cerr := lw.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return "", 0, fmt.Errorf("writing manifest list %s: %w", path, err)
+	}
+	return path, *lw.NextRowID() - firstRowID, nil
 }
 
 // newSnapshotID returns a snapshot id meta does not hold.
