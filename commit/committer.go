@@ -317,13 +317,11 @@ func (c *Committer) retrying(ctx context.Context, once func() error) error {
 
 func (c *Committer) claimOnce(ctx context.Context, runID string) error {
 	set := iceberg.Properties{sinkProp(c.sinkID, propRunID): runID}
-	cat, ok := c.loader.(tableCommitter)
-	fsys, err := c.tbl.FS(ctx)
+	cat, wfs, ok, err := c.direct(ctx)
 	if err != nil {
 		return err
 	}
-	wfs, wok := fsys.(icebergio.WriteFileIO)
-	if !ok || !wok || c.tbl.Metadata().Version() != 2 {
+	if !ok || c.tbl.Metadata().Version() != 2 {
 		tx := c.tbl.NewTransaction()
 		if err := tx.SetProperties(set); err != nil {
 			return err
@@ -336,17 +334,26 @@ func (c *Committer) claimOnce(ctx context.Context, runID string) error {
 	}
 	var mans []iceberg.ManifestFile
 	if cur := c.tbl.CurrentSnapshot(); cur != nil {
-		if mans, err = cur.Manifests(fsys); err != nil {
+		if mans, err = cur.Manifests(wfs); err != nil {
 			return fmt.Errorf("reading the manifest list of snapshot %d: %w", cur.SnapshotID, err)
 		}
 	}
-	meta := c.tbl.Metadata()
-	snapID := rand.Int64N(1<<62) + 1
-	for meta.SnapshotByID(snapID) != nil {
-		snapID = rand.Int64N(1<<62) + 1
-	}
+	snapID := newSnapshotID(c.tbl.Metadata())
 	props := iceberg.Properties{PropClaim: c.sinkID, propRunID: runID, "manifests-kept": strconv.Itoa(len(mans))}
 	return c.commitMetadataSnapshot(ctx, cat, wfs, snapID, "claim", mans, props, []table.Update{table.NewSetPropertiesUpdate(set)}, nil)
+}
+
+// direct returns what a snapshot the committer writes itself needs: the
+// catalog to commit it (the loader, when it is one) and the table's file
+// IO to write with; ok is false when either is missing.
+func (c *Committer) direct(ctx context.Context) (tableCommitter, icebergio.WriteFileIO, bool, error) {
+	fsys, err := c.tbl.FS(ctx)
+	if err != nil {
+		return nil, nil, false, err
+	}
+	cat, ok := c.loader.(tableCommitter)
+	wfs, wok := fsys.(icebergio.WriteFileIO)
+	return cat, wfs, ok && wok, nil
 }
 
 // checkRun refuses to commit for a run another run fenced off.
@@ -664,12 +671,11 @@ func (c *Committer) commitOnce(ctx context.Context, epoch uint64, payloads []Pay
 		return nil, err
 	}
 	if meta.Version() >= 3 && !c.rowDeltaOnly && replacesVectors(payloads) {
-		cat, ok := c.loader.(tableCommitter)
-		fsys, err := c.tbl.FS(ctx)
+		cat, wfs, ok, err := c.direct(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if wfs, wok := fsys.(icebergio.WriteFileIO); ok && wok {
+		if ok {
 			return c.commitVectors(ctx, cat, wfs, payloads, summary, kept)
 		}
 	}

@@ -305,19 +305,22 @@ func memoryOptions(tasks []table.FileScanTask, limit int64) []table.CompactionGr
 	}
 }
 
-// hasDeletes reports whether a delete file applies to t's data file.
-func hasDeletes(t table.FileScanTask) bool {
-	return len(t.DeleteFiles)+len(t.EqualityDeleteFiles)+len(t.DeletionVectorFiles) > 0
+// deleteFiles is the number of delete files that apply to t's data file.
+func deleteFiles(t table.FileScanTask) int {
+	return len(t.DeleteFiles) + len(t.EqualityDeleteFiles) + len(t.DeletionVectorFiles)
 }
+
+// hasDeletes reports whether a delete file applies to t's data file.
+func hasDeletes(t table.FileScanTask) bool { return deleteFiles(t) > 0 }
 
 // tiered picks the files of a planned group one round rewrites, smallest
 // first: a file joins while it is at most twice the size of those picked
 // before it (so a file is rewritten again only once the files merged into
 // it have grown to its size: each row is rewritten O(log) times, not once
 // per round as re-reading the group's one big file would), and within
-// budget bytes. A file with at least deleteFiles delete files joins
+// budget bytes. A file with at least threshold delete files joins
 // whatever its size: its deletes go with it.
-func tiered(tasks []table.FileScanTask, budget int64, deleteFiles int) ([]table.FileScanTask, int64) {
+func tiered(tasks []table.FileScanTask, budget int64, threshold int) ([]table.FileScanTask, int64) {
 	tasks = slices.Clone(tasks)
 	slices.SortFunc(tasks, func(a, b table.FileScanTask) int {
 		return cmp.Compare(a.File.FileSizeBytes(), b.File.FileSizeBytes())
@@ -326,11 +329,10 @@ func tiered(tasks []table.FileScanTask, budget int64, deleteFiles int) ([]table.
 	var size int64
 	for _, t := range tasks {
 		sz := t.File.FileSizeBytes()
-		deletes := len(t.DeleteFiles) + len(t.EqualityDeleteFiles) + len(t.DeletionVectorFiles)
 		if size+sz > budget && len(picked) >= 2 {
 			break
 		}
-		if len(picked) > 0 && sz > 2*size && deletes < deleteFiles {
+		if len(picked) > 0 && sz > 2*size && deleteFiles(t) < threshold {
 			continue
 		}
 		picked = append(picked, t)

@@ -2,7 +2,6 @@ package commit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -55,13 +54,7 @@ func (c *Committer) mergeDeleteManifests(ctx context.Context, fs icebergio.IO, m
 			keep = append(keep, m)
 		}
 	}
-	snapID := newSnapshotID(meta)
-	var written []string // files to remove if the commit surely failed
-	cleanup := func() {
-		for _, p := range written {
-			_ = wfs.Remove(p)
-		}
-	}
+	sw := &snapshotWriter{wfs: wfs, locs: locs, meta: meta, schema: c.tbl.Schema(), id: newSnapshotID(meta), name: "deletes-merged"}
 	merged := 0
 	for _, specID := range slices.Sorted(maps.Keys(bySpec)) {
 		group := bySpec[specID]
@@ -69,35 +62,38 @@ func (c *Committer) mergeDeleteManifests(ctx context.Context, fs icebergio.IO, m
 			keep = append(keep, group...)
 			continue
 		}
-		spec := meta.PartitionSpecByID(int(specID))
-		if spec == nil {
-			cleanup()
-			return 0, fmt.Errorf("delete manifest %s names partition spec %d, which the table does not have", group[0].FilePath(), specID)
-		}
-		path := locs.NewMetadataLocation(fmt.Sprintf("%d-m-deletes-%d.avro", snapID, specID))
-		mf, err := writeMergedManifest(wfs, path, *spec, c.tbl.Schema(), snapID, group)
-		written = append(written, path)
-		if errors.Is(err, iceberg.ErrEmptyManifest) {
-			merged += len(group) // no live delete left in them
-			continue
-		}
+		// Each entry as EXISTING, with its sequence numbers (a manifest
+		// left with no live delete is not kept).
+		err := sw.manifest(int(specID), iceberg.ManifestContentDeletes, func(w *iceberg.ManifestWriter) error {
+			for _, m := range group {
+				for e, err := range m.Entries(wfs, true) {
+					if err == nil {
+						err = w.Existing(e)
+					}
+					if err != nil {
+						return fmt.Errorf("manifest %s: %w", m.FilePath(), err)
+					}
+				}
+			}
+			return nil
+		})
 		if err != nil {
-			cleanup()
-			return 0, fmt.Errorf("merging %d delete manifests into %s: %w", len(group), path, err)
+			sw.cleanup()
+			return 0, fmt.Errorf("merging %d delete manifests: %w", len(group), err)
 		}
-		keep = append(keep, mf)
 		merged += len(group)
 	}
 	if merged == 0 {
 		return 0, nil
 	}
+	keep = append(keep, sw.added...)
 
 	props := iceberg.Properties{
 		"manifests-replaced": strconv.Itoa(merged),
 		"manifests-created":  strconv.Itoa(len(bySpec)),
 		"icesink.tidy":       "merge-delete-manifests",
 	}
-	if err := c.commitMetadataSnapshot(ctx, cat, wfs, snapID, "deletes-merged", keep, props, nil, written); err != nil {
+	if err := c.commitMetadataSnapshot(ctx, cat, wfs, sw.id, sw.name, keep, props, nil, sw.written); err != nil {
 		return 0, fmt.Errorf("committing merged delete manifests: %w", err)
 	}
 	return merged, nil
@@ -186,41 +182,6 @@ func (c *Committer) commitMetadataSnapshot(ctx context.Context, cat tableCommitt
 		c.stale = true
 	}
 	return nil
-}
-
-// writeMergedManifest writes the live entries of group, all of one
-// partition spec, into one delete manifest at path.
-func writeMergedManifest(wfs icebergio.WriteFileIO, path string, spec iceberg.PartitionSpec, schema *iceberg.Schema, snapID int64, group []iceberg.ManifestFile) (iceberg.ManifestFile, error) {
-	f, err := wfs.Create(path)
-	if err != nil {
-		return nil, err
-	}
-	cw := &countingWriter{w: f}
-	w, err := iceberg.NewManifestWriter(2, cw, spec, schema, snapID, iceberg.WithManifestWriterContent(iceberg.ManifestContentDeletes))
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	for _, m := range group {
-		for e, err := range m.Entries(wfs, true) {
-			if err == nil {
-				err = w.Existing(e)
-			}
-			if err != nil {
-				w.Close()
-				f.Close()
-				return nil, fmt.Errorf("manifest %s: %w", m.FilePath(), err)
-			}
-		}
-	}
-	if err := w.Close(); err != nil {
-		f.Close()
-		return nil, err
-	}
-	if err := f.Close(); err != nil {
-		return nil, err
-	}
-	return w.ToManifestFile(path, cw.n)
 }
 
 // countingWriter counts the bytes written through it.

@@ -52,11 +52,11 @@ func replacesVectors(payloads []Payload) bool {
 type vectorDelta struct {
 	data    map[int][]iceberg.DataFile // partition spec id -> data files added
 	deletes map[int][]iceberg.DataFile // spec id -> delete files added (vectors, equality deletes)
-	removed map[vectorKey]iceberg.DataFile
+	removed map[vectorKey]struct{}     // the live vectors replaced
 }
 
 func decodeDelta(meta table.Metadata, payloads []Payload) (vectorDelta, error) {
-	d := vectorDelta{data: map[int][]iceberg.DataFile{}, deletes: map[int][]iceberg.DataFile{}, removed: map[vectorKey]iceberg.DataFile{}}
+	d := vectorDelta{data: map[int][]iceberg.DataFile{}, deletes: map[int][]iceberg.DataFile{}, removed: map[vectorKey]struct{}{}}
 	err := eachFile(meta, payloads, func(_ *Payload, f File, df iceberg.DataFile) error {
 		switch f.Kind {
 		case DataFile:
@@ -69,7 +69,7 @@ func decodeDelta(meta table.Metadata, payloads []Payload) (vectorDelta, error) {
 			if _, dup := d.removed[k]; dup {
 				return fmt.Errorf("deletion vector %s of %s is replaced twice", k.path, k.ref)
 			}
-			d.removed[k] = df
+			d.removed[k] = struct{}{}
 		default:
 			if df.ContentType() == iceberg.EntryContentData {
 				return fmt.Errorf("delete file %s has content %s", f.Path, df.ContentType())
@@ -129,7 +129,7 @@ func (c *Committer) commitVectors(ctx context.Context, cat tableCommitter, wfs i
 		return nil, err
 	}
 
-	sw := &snapshotWriter{wfs: wfs, locs: locs, meta: meta, schema: c.tbl.Schema(), id: newSnapshotID(meta)}
+	sw := &snapshotWriter{wfs: wfs, locs: locs, meta: meta, schema: c.tbl.Schema(), id: newSnapshotID(meta), name: "vectors"}
 	snapID := sw.id
 	var sum updateCounts
 	for _, specID := range slices.Sorted(maps.Keys(d.data)) {
@@ -293,14 +293,16 @@ func (d *vectorDelta) fold(fsys icebergio.IO, mans []iceberg.ManifestFile) (keep
 	return keep, folded, gone, nil
 }
 
-// snapshotWriter writes the manifests and the manifest list of snapshot
-// id of a format v3 table, remembering the files for a clean-up.
+// snapshotWriter writes the manifests (and, on a format v3 table, the
+// manifest list) of snapshot id, remembering the files for a clean-up.
+// Its files are named after the snapshot and name.
 type snapshotWriter struct {
 	wfs     icebergio.WriteFileIO
 	locs    table.LocationProvider
 	meta    table.Metadata
 	schema  *iceberg.Schema
 	id      int64
+	name    string
 	n       int                    // manifests written
 	added   []iceberg.ManifestFile // the manifests written
 	written []string               // every file written
@@ -322,7 +324,7 @@ func (sw *snapshotWriter) manifest(specID int, content iceberg.ManifestContent, 
 		return fmt.Errorf("partition spec %d is not the table's", specID)
 	}
 	sw.n++
-	path := sw.locs.NewMetadataLocation(fmt.Sprintf("%d-m%d-vectors.avro", sw.id, sw.n))
+	path := sw.locs.NewMetadataLocation(fmt.Sprintf("%d-m%d-%s.avro", sw.id, sw.n, sw.name))
 	f, err := sw.wfs.Create(path)
 	if err != nil {
 		return fmt.Errorf("creating manifest %s: %w", path, err)
@@ -361,7 +363,7 @@ func (sw *snapshotWriter) manifest(specID int, content iceberg.ManifestContent, 
 // keep. The list assigns the new data manifests' first row ids from
 // firstRowID; it returns its path and the rows it assigned ids to.
 func (sw *snapshotWriter) list(seq, firstRowID, parent int64, keep []iceberg.ManifestFile) (string, int64, error) {
-	path := sw.locs.NewMetadataLocation(fmt.Sprintf("snap-%d-0-vectors.avro", sw.id))
+	path := sw.locs.NewMetadataLocation(fmt.Sprintf("snap-%d-0-%s.avro", sw.id, sw.name))
 	out, err := sw.wfs.Create(path)
 	if err != nil {
 		return "", 0, fmt.Errorf("creating manifest list %s: %w", path, err)

@@ -225,7 +225,7 @@ func (m *memtable) sortInPlace() {
 	for _, end := range ends {
 		hi := int(end)
 		for i := lo + 1; i < hi; i++ {
-			for j := i; j > lo && m.less(&m.entries[j], &m.entries[j-1]); j-- {
+			for j := i; j > lo && m.compare(&m.entries[j], &m.entries[j-1]) < 0; j-- {
 				m.entries[j], m.entries[j-1] = m.entries[j-1], m.entries[j]
 				m.order[j], m.order[j-1] = m.order[j-1], m.order[j]
 			}
@@ -247,12 +247,12 @@ func (m *memtable) unsort() {
 	m.sorted, m.inPlace = false, false
 }
 
-// less orders entries by (hash, key).
-func (m *memtable) less(a, b *memEntry) bool {
-	if a.hash != b.hash {
-		return a.hash < b.hash
+// compare orders entries by (hash, key).
+func (m *memtable) compare(a, b *memEntry) int {
+	if c := cmp.Compare(a.hash, b.hash); c != 0 {
+		return c
 	}
-	return bytes.Compare(m.key(a), m.key(b)) < 0
+	return bytes.Compare(m.key(a), m.key(b))
 }
 
 // bucket fills m.order with the entries' indexes bucketed by the top bits
@@ -286,13 +286,7 @@ func (m *memtable) sortOrder() {
 		return
 	}
 	ends := m.bucket()
-	less := func(a, b uint32) int {
-		ea, eb := &m.entries[a], &m.entries[b]
-		if c := cmp.Compare(ea.hash, eb.hash); c != 0 {
-			return c
-		}
-		return bytes.Compare(m.key(ea), m.key(eb))
-	}
+	less := func(a, b uint32) int { return m.compare(&m.entries[a], &m.entries[b]) }
 	lo := uint32(0)
 	for _, hi := range ends {
 		if hi-lo > 1 {

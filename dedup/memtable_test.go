@@ -85,7 +85,7 @@ func TestMemtableSortInPlace(t *testing.T) {
 			if uint32(m.order[j]) != unpack(e.file, e.pos).Row.Pos {
 				t.Fatalf("%d entries: entry %d had index %d, order says %d", n, j, unpack(e.file, e.pos).Row.Pos, m.order[j])
 			}
-			if j > 0 && !m.less(&m.entries[j-1], e) {
+			if j > 0 && m.compare(&m.entries[j-1], e) >= 0 {
 				t.Fatalf("%d entries: entries %d and %d out of (hash, key) order", n, j-1, j)
 			}
 		}

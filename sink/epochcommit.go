@@ -142,21 +142,14 @@ func (e *epochCommitter) compactRound(epoch uint64) {
 func (e *epochCommitter) finish() {
 	e.waitMaintenance()
 	e.mu.Lock()
-	n, pol := e.n, e.compact
+	n, pol, epoch := e.n, e.compact, e.pos.Epoch
 	e.mu.Unlock()
 	if pol == nil || n < e.compactEvery {
 		return
 	}
 	p := *pol
 	p.AllDeletes = true
-	e.compactNow(e.committedEpoch(), p, "compacted the table at the end of the input")
-}
-
-// committedEpoch is the last epoch committed.
-func (e *epochCommitter) committedEpoch() uint64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.pos.Epoch
+	e.compactNow(epoch, p, "compacted the table at the end of the input")
 }
 
 // compactNow runs one round of policy p after epoch and counts it.
