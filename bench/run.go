@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/internal/membound"
 	"github.com/icesink/icesink/internal/procstat"
 )
 
@@ -60,9 +61,11 @@ type Options struct {
 	// GoMemoryLimit sets the Go runtime's soft memory limit during every
 	// run (debug.SetMemoryLimit); 0 leaves it as the process has it.
 	GoMemoryLimit int64
-	// AutoGoMemoryLimit sets, during each bounded run, the Go runtime's
-	// soft memory limit to deltawriter.SoftMemoryLimit(budget, 1): what
-	// `icesink run --memory-limit` sets. Other runs keep GoMemoryLimit.
+	// AutoGoMemoryLimit governs, during each bounded run, the Go
+	// runtime's soft memory limit as `icesink run --memory-limit` does: a
+	// membound.Governor holds the process to 2 x budget + 64 MiB, at most
+	// deltawriter.SoftMemoryLimit(budget, 1). Other runs keep
+	// GoMemoryLimit.
 	// Default false (the command's default is true).
 	AutoGoMemoryLimit bool
 	// CommandLine is recorded in the results, to say how to reproduce them.
@@ -204,7 +207,7 @@ func runOne(ctx context.Context, opts Options, sc Scenario, counts Counts, pr *p
 	env := &runEnv{opts: opts, sc: sc, dir: dir, pr: pr, cell: &progressCell{}, res: &rr, prevLimit: -1}
 	env.goLimit = opts.GoMemoryLimit
 	if opts.AutoGoMemoryLimit && sc.Kind == Bounded {
-		env.goLimit = deltawriter.SoftMemoryLimit(sc.MemoryLimit, 1)
+		env.goLimit, env.bound = 0, sc.MemoryLimit
 	}
 	switch sc.Kind {
 	case Unbounded, Bounded:
@@ -240,6 +243,10 @@ type runEnv struct {
 	// goLimit is the Go soft memory limit of the timed phase (0: none);
 	// prevLimit the one to restore after it (-1: nothing to restore).
 	goLimit, prevLimit int64
+	// bound is the budget whose bound a governor holds the timed phase
+	// to, as `icesink run --memory-limit` does (0: none); gov is it.
+	bound int64
+	gov   *membound.Governor
 }
 
 // startTimed settles the heap, sets the Go soft memory limit if asked,
@@ -248,6 +255,9 @@ func (e *runEnv) startTimed() {
 	settle()
 	if e.goLimit > 0 {
 		e.prevLimit = debug.SetMemoryLimit(e.goLimit)
+	}
+	if e.bound > 0 {
+		e.gov = membound.Start(context.Background(), membound.Bound(e.bound, 1), deltawriter.SoftMemoryLimit(e.bound, 1), membound.Interval)
 	}
 	e.smp = startSampler(e.opts.SampleInterval, e.cell)
 	e.cpu0 = processCPU()
@@ -259,6 +269,10 @@ func (e *runEnv) stopTimed(gen time.Duration) {
 	if e.prevLimit >= 0 {
 		debug.SetMemoryLimit(e.prevLimit)
 		e.prevLimit = -1
+	}
+	if e.gov != nil {
+		e.gov.Stop()
+		e.gov = nil
 	}
 	if e.smp == nil {
 		return

@@ -225,6 +225,9 @@ func routeInput(ctx context.Context, cfg Config, src Source, writers []*writer, 
 				continue // another process's writer owns this vnode
 			}
 			p := &pending[i]
+			if p.changes == nil {
+				p.changes, p.lines = writers[i].spare()
+			}
 			p.changes = append(p.changes, ch)
 			p.lines = append(p.lines, rec.Line)
 			res.Changes++

@@ -21,9 +21,12 @@ import (
 
 // writer is one deltawriter and its coordinator session.
 type writer struct {
-	dw       *deltawriter.Writer
-	sess     coordinator.Session
-	in       chan batch
+	dw   *deltawriter.Writer
+	sess coordinator.Session
+	in   chan batch
+	// given holds the slices of batches the writer has written, cleared,
+	// for the router's next batches to it (spare).
+	given    chan spareSlices
 	inCommit bool // the last error came from Commit: its files may be recorded
 	// follow returns the table as it is before epoch's window is resolved
 	// (loaded once per epoch for all writers): the writer's key index
@@ -76,6 +79,38 @@ func (w *writer) run(ctx context.Context) error {
 		if err := w.batch(ctx, b); err != nil {
 			return err
 		}
+		w.giveBack(b)
+	}
+}
+
+// spareSlices are a written batch's slices, emptied.
+type spareSlices struct {
+	changes []deltawriter.Change
+	lines   []int64
+}
+
+// spare returns empty slices for a new batch to the writer: a written
+// batch's when the writer gave one back, else new ones of batchSize. A
+// run would otherwise allocate (and grow) them again for every batch.
+func (w *writer) spare() ([]deltawriter.Change, []int64) {
+	select {
+	case s := <-w.given:
+		return s.changes, s.lines
+	default:
+		return make([]deltawriter.Change, 0, batchSize), make([]int64, 0, batchSize)
+	}
+}
+
+// giveBack hands a written batch's slices to the router (spare), cleared
+// first so that they keep no row alive.
+func (w *writer) giveBack(b batch) {
+	if cap(b.changes) == 0 {
+		return
+	}
+	clear(b.changes)
+	select {
+	case w.given <- spareSlices{b.changes[:0], b.lines[:0]}:
+	default:
 	}
 }
 
@@ -336,7 +371,7 @@ func openWriter(ctx context.Context, cfg Config, ws writerSetup) (*writer, error
 		sess.Close()
 		return nil, err
 	}
-	w := &writer{dw: dw, sess: sess, share: share, in: make(chan batch, 4), current: func(ctx context.Context) (*table.Table, error) {
+	w := &writer{dw: dw, sess: sess, share: share, in: make(chan batch, 4), given: make(chan spareSlices, 2), current: func(ctx context.Context) (*table.Table, error) {
 		return lastTable(ctx, cm, ec)
 	}}
 	// Each window follows the table as it is before the window's

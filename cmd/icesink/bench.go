@@ -98,7 +98,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	keep := fs.Bool("keep", false, "keep each run's folder")
 	out := fs.String("out", "", "write results.json and report.md into `DIR` (PNG plots: go run ./cmd/icesink-plot DIR)")
 	interval := fs.Duration("sample-interval", 20*time.Millisecond, "memory sampling period")
-	goLimit := fs.String("go-memory-limit", "auto", "Go soft memory limit during the runs: auto (bounded runs get what `icesink run --memory-limit` sets, 1.25 x budget + 48MiB, unless GOMEMLIMIT is set; others none), none (the process's), or a `SIZE` for every run")
+	goLimit := fs.String("go-memory-limit", "auto", "Go soft memory limit during the runs: auto (bounded runs are held to 2 x budget + 64MiB as `icesink run --memory-limit` holds them, the soft limit at most 1.25 x budget + 48MiB, unless GOMEMLIMIT is set; others none), none (the process's), or a `SIZE` for every run")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole bench to `FILE` (pick scenarios with --scenarios)")
 	memProfile := fs.String("memprofile", "", "write an allocation profile to `FILE` at the end")
 	quiet := fs.Bool("quiet", false, "no progress bar")

@@ -21,6 +21,7 @@ import (
 	"github.com/icesink/icesink/changelog"
 	"github.com/icesink/icesink/coordinator"
 	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/internal/membound"
 	"github.com/icesink/icesink/kafka"
 	"github.com/icesink/icesink/sink"
 	"github.com/icesink/icesink/warehouse"
@@ -210,6 +211,8 @@ type database struct {
 	stderr    io.Writer
 	quiet     bool
 	stats     bool
+	// stopBound ends the memory governor and says what it did.
+	stopBound func() membound.Stats
 	// memProfile is --memprofile: where the heap profile nearest the
 	// run's peak goes.
 	memProfile string
@@ -290,6 +293,7 @@ func (d *database) run(ctx context.Context, listed []string, regex string, refre
 		topics = grown
 	}
 	peak := mon.stop()
+	peak.bound = d.stopBound()
 	if peak.profileErr != nil {
 		fmt.Fprintf(d.stderr, "icesink: --memprofile: %v\n", peak.profileErr)
 	}

@@ -8,6 +8,7 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"github.com/icesink/icesink/internal/membound"
 	"github.com/icesink/icesink/internal/procstat"
 )
 
@@ -15,6 +16,11 @@ import (
 type peaks struct {
 	heap uint64 // Go heap objects, bytes
 	rss  uint64 // resident set size, bytes
+	// allocs and cycles are the bytes the Go heap allocated and the
+	// collections it ran while the monitor ran.
+	allocs, cycles uint64
+	// bound is what the memory governor did (zero without one).
+	bound membound.Stats
 	// profileErr is why the heap profile (--memprofile) could not be
 	// written, if it could not.
 	profileErr error
@@ -37,7 +43,9 @@ func startMonitor(heapProfile string) *monitor {
 		var p peaks
 		var profiled uint64
 		var last time.Time
-		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+		sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/gc/heap/allocs:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}
+		metrics.Read(sample)
+		allocs0, cycles0 := sample[1].Value.Uint64(), sample[2].Value.Uint64()
 		t := time.NewTicker(20 * time.Millisecond)
 		defer t.Stop()
 		for {
@@ -51,6 +59,8 @@ func startMonitor(heapProfile string) *monitor {
 			select {
 			case <-m.stopc:
 				p.rss = max(p.rss, uint64(procstat.Read().HWM))
+				metrics.Read(sample)
+				p.allocs, p.cycles = sample[1].Value.Uint64()-allocs0, sample[2].Value.Uint64()-cycles0
 				m.done <- p
 				return
 			case <-t.C:

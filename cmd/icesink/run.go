@@ -134,7 +134,8 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	defer wh.Close()
 	cfg.Loader = wh.Catalog
-	softMemoryLimit(wf.limit, wf.writers)
+	stopBound := boundMemory(ctx, wf.limit, wf.writers)
+	defer func() { stopBound() }()
 	stopMetrics, err := rpf.apply(&cfg, stderr)
 	if err != nil {
 		return err
@@ -142,7 +143,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	defer stopMetrics()
 	if db.enabled() {
 		d := &database{wh: wh, base: cfg, kf: kf, format: fmtv, dbz: dbz, evolve: inf.evolve, spec: spec, overrides: db.overrides,
-			template: db.template, warehouse: tf.warehouse, stdout: stdout, stderr: stderr, quiet: rpf.quiet, stats: rpf.stats, memProfile: rpf.memProfile,
+			template: db.template, warehouse: tf.warehouse, stdout: stdout, stderr: stderr, quiet: rpf.quiet, stats: rpf.stats, memProfile: rpf.memProfile, stopBound: stopBound,
 			grouped: kf.grouped(), vnodesGiven: isSet(fs, "vnode-count"), rowsGiven: isSet(fs, "checkpoint-rows")}
 		return d.run(ctx, db.topics(kf.topic), db.regex, db.refresh)
 	}
@@ -204,6 +205,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		inFile, ksrc = in.file, in.kafka // closed by the deferred calls
 	}
 	peak := mon.stop()
+	peak.bound = stopBound()
 	if peak.profileErr != nil {
 		fmt.Fprintf(stderr, "icesink: --memprofile: %v\n", peak.profileErr)
 	}
@@ -396,7 +398,16 @@ func printStats(w io.Writer, res sink.Result, p peaks, limit int64, of string) {
 	fmt.Fprintf(&b, "memory limit %-12s %s\n", of, lim)
 	fmt.Fprintf(&b, "peak accounted bytes      %s (largest writer)\n", humanize.IBytes(uint64(s.PeakAccountedBytes)))
 	fmt.Fprintf(&b, "peak Go heap              %s\n", humanize.IBytes(p.heap))
-	fmt.Fprintf(&b, "peak RSS                  %s\n", humanize.IBytes(p.rss))
+	fmt.Fprintf(&b, "peak RSS                  %s", humanize.IBytes(p.rss))
+	if g := p.bound; g.Bound > 0 {
+		fmt.Fprintf(&b, " (bound %s = 2 x budget + 64 MiB; Go soft limit %s to %s", humanize.IBytes(uint64(g.Bound)), humanize.IBytes(uint64(g.MinLimit)), humanize.IBytes(uint64(g.MaxLimit)))
+		if g.Floored > 0 {
+			fmt.Fprintf(&b, ", %d times raised over the bound to leave the collector room", g.Floored)
+		}
+		b.WriteString(")")
+	}
+	b.WriteString("\n")
+	fmt.Fprintf(&b, "Go allocated / GC cycles  %s / %d\n", humanize.IBytes(p.allocs), p.cycles)
 	fmt.Fprintf(&b, "changes                   %d\n", s.Changes)
 	fmt.Fprintf(&b, "spills / bytes spilled    %d / %s\n", s.Index.Spills, humanize.IBytes(uint64(s.Index.SpilledBytes)))
 	fmt.Fprintf(&b, "compactions / runs        %d / %d\n", s.Index.Compactions, s.Index.RunsCompacted)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime/debug"
 	"strings"
 
 	"github.com/RoaringBitmap/roaring/v2"
@@ -15,6 +14,7 @@ import (
 	"github.com/icesink/icesink/coordinator"
 	"github.com/icesink/icesink/coordinator/coordgrpc"
 	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/internal/membound"
 	"github.com/icesink/icesink/sink"
 )
 
@@ -259,13 +259,18 @@ func (f *reportFlags) apply(cfg *sink.Config, stderr io.Writer) (stop func(), er
 	return func() { stopProfile(); stopMetrics() }, nil
 }
 
-// softMemoryLimit gives the runtime a soft limit from the budget (unless
-// GOMEMLIMIT is set), which keeps the GC's headroom (GOGC=100 lets the
-// heap double) inside the budget.
-func softMemoryLimit(limit int64, writers int) {
-	if limit > 0 && os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(deltawriter.SoftMemoryLimit(limit, writers))
+// boundMemory holds the process inside the bound of its writers' budgets
+// (membound.Bound: 2 x the budgets + 64 MiB, the binary's pages
+// included) until stop is called: a membound.Governor sets the Go
+// runtime's soft memory limit to what the bound leaves, at most
+// deltawriter.SoftMemoryLimit. Without a budget, or with GOMEMLIMIT set
+// (the user's limit), it does nothing and stop reports nothing.
+func boundMemory(ctx context.Context, limit int64, writers int) (stop func() membound.Stats) {
+	if limit <= 0 || os.Getenv("GOMEMLIMIT") != "" {
+		return func() membound.Stats { return membound.Stats{} }
 	}
+	g := membound.Start(ctx, membound.Bound(limit, writers), deltawriter.SoftMemoryLimit(limit, writers), membound.Interval)
+	return g.Stop
 }
 
 // isSet reports whether the flag name was given on the command line or in
