@@ -55,11 +55,18 @@ func TestLimit(t *testing.T) {
 			want: 68 * mib,
 		},
 		{
-			// A live heap of 24 MiB needs 6 + 24 + 18 MiB: more than the
+			// A live heap of 24 MiB needs 6 + 24 + 24 MiB: more than the
 			// 44 the bound leaves.
 			name: "floor", bound: 96 * mib, ceiling: 68 * mib,
 			f:    Figures{RSS: 100 * mib, File: 52 * mib, GoMapped: 48 * mib, NonHeap: 6 * mib, Live: 24 * mib},
-			want: 48 * mib, floored: true,
+			want: 54 * mib, floored: true,
+		},
+		{
+			// The floor over the ceiling: the ceiling, the limit there was
+			// without a governor.
+			name: "floor over ceiling", bound: 96 * mib, ceiling: 68 * mib,
+			f:    Figures{RSS: 120 * mib, File: 52 * mib, GoMapped: 68 * mib, NonHeap: 6 * mib, Live: 40 * mib},
+			want: 68 * mib, floored: true,
 		},
 		{
 			// A small live heap still gets MinHeadroom.
