@@ -64,7 +64,7 @@ type writerFlags struct {
 func (f *writerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.delMode, "delete-mode", "position", "how rows of earlier commits are deleted: position (a key index built from the table at start; no equality deletes) or equality (an equality delete per key and window; for tables other writers change too)")
 	fs.StringVar(&f.mode, "mode", "upsert", "upsert (inserts replace any row of the key) or changelog (trusted -U/+U pairs)")
-	fs.StringVar(&f.memLimit, "memory-limit", "0", "memory budget per writer (e.g. 64MiB, 1GiB); 0 = unbounded")
+	fs.StringVar(&f.memLimit, "memory-limit", "0", "memory budget per writer (e.g. 64MiB, 1GiB); 0 = unbounded. The Go soft memory limit then holds the process to 2 x budget x writers + 64MiB where that leaves the collector the live heap as room (unless GOMEMLIMIT is set)")
 	fs.IntVar(&f.writers, "writers", 1, "`P` writers in this process, vnodes split evenly, rows routed by vnode")
 	fs.IntVar(&f.vnodeCount, "vnode-count", 256, "number of vnodes keys are routed by")
 	fs.Float64Var(&f.rewrite, "rewrite-deleted", 0, "rewrite at commit each data file of the window of which this `SHARE` of rows was deleted in it, so readers scan live rows only (0: never)")
