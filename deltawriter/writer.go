@@ -171,7 +171,8 @@ func (o *Options) shareBudget() {
 // collections, plus 24 MiB per writer for what no budget share covers (one
 // zstd encoder's state, ~19 MiB at the default level) and 24 MiB for the
 // rest of the process. (At 1.5 x, `icesink bench` measured the same CPU
-// time and 10% more peak RSS.)
+// time and 10% more peak RSS.) `icesink run` holds it as the ceiling of
+// the limit its membound.Governor sets from the process bound.
 func SoftMemoryLimit(budget int64, writers int) int64 {
 	w := int64(max(writers, 1))
 	return budget*w*5/4 + w*24<<20 + 24<<20

@@ -135,7 +135,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	defer wh.Close()
 	cfg.Loader = wh.Catalog
 	stopBound := boundMemory(ctx, wf.limit, wf.writers)
-	defer func() { stopBound() }()
+	defer stopBound()
 	stopMetrics, err := rpf.apply(&cfg, stderr)
 	if err != nil {
 		return err

@@ -1,7 +1,7 @@
 // Package membound holds a process inside a memory bound on its whole
 // resident set. The Go runtime's soft memory limit (debug.SetMemoryLimit)
 // covers only the memory the runtime maps; the binary's own resident pages
-// (40-60 MiB for icesink) and what other allocators map are outside it. A
+// (51-74 MiB for icesink, by how the binary was placed) and what other allocators map are outside it. A
 // Governor sets the limit to what the bound leaves after that outside
 // memory, follows it as it changes, and never sets it so low that the
 // collector would run all the time.
@@ -11,7 +11,6 @@ import (
 	"context"
 	"runtime/debug"
 	"runtime/metrics"
-	"sync"
 	"time"
 
 	"github.com/icesink/icesink/internal/procstat"
@@ -116,9 +115,7 @@ type Governor struct {
 	prev           int64 // the limit before Start
 	stop           chan struct{}
 	done           chan struct{}
-
-	mu    sync.Mutex
-	stats Stats
+	stats          Stats // written by adjust only, read by Stop once done
 }
 
 // Start sets the limit for bound (at most ceiling) now and again every
@@ -149,8 +146,6 @@ func Start(ctx context.Context, bound, ceiling int64, interval time.Duration) *G
 func (g *Governor) adjust() {
 	l, floored := Limit(g.bound, g.ceiling, Read())
 	debug.SetMemoryLimit(l)
-	g.mu.Lock()
-	defer g.mu.Unlock()
 	s := &g.stats
 	if s.MinLimit == 0 || l < s.MinLimit {
 		s.MinLimit = l
@@ -159,13 +154,6 @@ func (g *Governor) adjust() {
 	if floored {
 		s.Floored++
 	}
-}
-
-// Stats returns what the governor did so far.
-func (g *Governor) Stats() Stats {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.stats
 }
 
 // Stop ends the adjustments, restores the limit Start found and returns
@@ -178,5 +166,5 @@ func (g *Governor) Stop() Stats {
 	}
 	<-g.done
 	debug.SetMemoryLimit(g.prev)
-	return g.Stats()
+	return g.stats
 }
