@@ -404,6 +404,11 @@ func printStats(w io.Writer, res sink.Result, p peaks, limit int64, of string) {
 		if g.Floored > 0 {
 			fmt.Fprintf(&b, ", %d times raised over the bound to leave the collector room", g.Floored)
 		}
+		if g.ReleaseErr != nil {
+			fmt.Fprintf(&b, "; the binary's pages kept: %v", g.ReleaseErr)
+		} else if g.Releases > 0 {
+			fmt.Fprintf(&b, "; the binary's pages released %d times", g.Releases)
+		}
 		b.WriteString(")")
 	}
 	b.WriteString("\n")
