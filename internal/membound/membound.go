@@ -134,8 +134,9 @@ type Governor struct {
 	stats          Stats // written by adjust only, read by Stop once done
 }
 
-// Start sets the limit for bound (at most ceiling) now and again every
-// interval until ctx ends or Stop is called.
+// Start releases the binary's pages and sets the limit for bound (at most
+// ceiling) now, then sets the limit again every interval and releases the
+// pages every ReleaseInterval until ctx ends or Stop is called.
 func Start(ctx context.Context, bound, ceiling int64, interval time.Duration) *Governor {
 	g := &Governor{bound: bound, ceiling: ceiling, prev: debug.SetMemoryLimit(-1),
 		stop: make(chan struct{}), done: make(chan struct{}), stats: Stats{Bound: bound}}
