@@ -2,5 +2,13 @@
 
 package membound
 
-// ReleaseBinary releases nothing off Linux: it returns 0 and no error.
-func ReleaseBinary() (int64, error) { return 0, nil }
+import (
+	"errors"
+	"fmt"
+)
+
+// ReleaseBinary releases nothing off Linux (MADV_PAGEOUT is Linux's): it
+// returns an error wrapping errors.ErrUnsupported.
+func ReleaseBinary() (int64, error) {
+	return 0, fmt.Errorf("membound: releasing the binary's pages: %w off Linux", errors.ErrUnsupported)
+}
