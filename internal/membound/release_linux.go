@@ -24,9 +24,15 @@ func ReleaseBinary() (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("membound: releasing the binary's pages: %w", err)
 	}
+	return releaseMapped(exe)
+}
+
+// releaseMapped pages out the process's read-only mappings of the file at
+// path and returns the bytes they span.
+func releaseMapped(path string) (int64, error) {
 	f, err := os.Open("/proc/self/maps")
 	if err != nil {
-		return 0, fmt.Errorf("membound: releasing the binary's pages: %w", err)
+		return 0, fmt.Errorf("membound: releasing the pages of %s: %w", path, err)
 	}
 	defer f.Close()
 	var spanned int64
@@ -34,22 +40,22 @@ func ReleaseBinary() (int64, error) {
 	for sc.Scan() {
 		// address perms offset dev inode path
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 6 || strings.Join(fields[5:], " ") != exe || strings.Contains(fields[1], "w") {
+		if len(fields) < 6 || strings.Join(fields[5:], " ") != path || strings.Contains(fields[1], "w") {
 			continue
 		}
 		lo, hi, _ := strings.Cut(fields[0], "-")
 		start, err1 := strconv.ParseUint(lo, 16, 64)
 		end, err2 := strconv.ParseUint(hi, 16, 64)
 		if err1 != nil || err2 != nil || end <= start {
-			return spanned, fmt.Errorf("membound: releasing the binary's pages: /proc/self/maps line %q", sc.Text())
+			return spanned, fmt.Errorf("membound: releasing the pages of %s: /proc/self/maps line %q", path, sc.Text())
 		}
 		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(start), uintptr(end-start), unix.MADV_PAGEOUT); errno != 0 {
-			return spanned, fmt.Errorf("membound: releasing the binary's pages (%s): %w", fields[0], errno)
+			return spanned, fmt.Errorf("membound: releasing the pages of %s (%s): %w", path, fields[0], errno)
 		}
 		spanned += int64(end - start)
 	}
 	if err := sc.Err(); err != nil {
-		return spanned, fmt.Errorf("membound: releasing the binary's pages: reading /proc/self/maps: %w", err)
+		return spanned, fmt.Errorf("membound: releasing the pages of %s: reading /proc/self/maps: %w", path, err)
 	}
 	return spanned, nil
 }
