@@ -251,11 +251,13 @@ type runEnv struct {
 
 // startTimed settles the heap, releases the binary's pages (every
 // scenario starts from the same resident set: a bounded one's governor
-// releases them again at its start), sets the Go soft memory limit if
-// asked, and starts the memory sampler; the timed phase begins.
+// releases them at its start), sets the Go soft memory limit if asked,
+// and starts the memory sampler; the timed phase begins.
 func (e *runEnv) startTimed() {
 	settle()
-	_, _ = membound.ReleaseBinary() // an old kernel's refusal leaves them all resident, in every scenario alike
+	if e.bound <= 0 {
+		_, _ = membound.ReleaseBinary() // an old kernel's refusal leaves them all resident, in every scenario alike
+	}
 	if e.goLimit > 0 {
 		e.prevLimit = debug.SetMemoryLimit(e.goLimit)
 	}

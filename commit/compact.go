@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -207,13 +208,17 @@ func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, e
 		dead[df.FilePath()] = struct{}{}
 	}
 	staged := map[string]struct{}{}
+	limit := p.MemoryLimit
+	if limit <= 0 {
+		limit = DefaultCompactionMemory
+	}
+	group := rowGroupBytes(limit, c.tbl.Properties())
+	into, err := c.compactionTable(p.Folder, iceberg.Properties{table.ParquetRowGroupSizeBytesKey: strconv.FormatInt(group, 10)})
+	if err != nil {
+		return out, err
+	}
 	for _, g := range groups {
-		sizes := roundSizes(g.Tasks, p.MemoryLimit, c.tbl.Properties())
-		into, err := c.compactionTable(p.Folder, sizes.props)
-		if err != nil {
-			return fail(err)
-		}
-		opts := append(sizes.opts, table.WithCompactionTargetFileSize(target), table.WithCompactionScanConcurrency(1))
+		opts := append(memoryOptions(g.Tasks, limit, group), table.WithCompactionTargetFileSize(target), table.WithCompactionScanConcurrency(1))
 		gr, err := table.ExecuteCompactionGroup(ctx, into, g, opts...)
 		for _, df := range gr.NewDataFiles {
 			written = append(written, df.FilePath())
@@ -277,55 +282,44 @@ func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, e
 	return out, nil
 }
 
-// groupSizes are what a round's memory bound sets for one group: the
-// sizes of its read and write pipeline, and the table properties of the
-// file it writes (where the table sets none).
-type groupSizes struct {
-	opts  []table.CompactionGroupOption
-	props iceberg.Properties
+// rowGroupBytes is the size of the row groups a round of memory limit
+// writes into a table of properties props: an eighth of the limit, at
+// least 1 MiB, unless the table sets its own
+// (write.parquet.row-group-size-bytes), which wins. arrow-go holds a row
+// group's encoded pages until it is closed (in buffers that grow by
+// doubling), and the next round reads its column chunks whole:
+// iceberg-go's 128 MiB row groups held a 16 MiB round at 52 MiB live.
+// The pages keep the table's size (1 MiB): 64 KiB pages held 5 MiB less
+// in a 16 MiB round but made the files 26% larger (1,000 commits of 1.5M
+// changes: 422 MiB written against 335).
+func rowGroupBytes(limit int64, props iceberg.Properties) int64 {
+	return int64(props.GetInt(table.ParquetRowGroupSizeBytesKey, int(max(limit/8, 1<<20))))
 }
 
-// roundSizes sizes the compaction of tasks, in a table of properties
-// props, to hold about limit bytes (0: DefaultCompactionMemory): iceberg-go's defaults (batches of the
-// table's read.parquet.batch-size, 64 of them queued, row groups of up to
-// 128 MiB buffered whole) raised a round's peak well past the writers'
-// budget. A quarter of the limit goes to the batches read and queued (a
-// batch in the reader's hands, a queue of 4, one routed, one encoded); a
-// row's size is estimated from the files read, its compressed size in
-// them decoded at most decodedRatio times larger. An eighth goes to the
-// row group being written, whose encoded pages stay in memory until it is
-// closed (in buffers that grow by doubling), and as much to the column
-// chunks of a row group the next round reads (arrow-go reads a row
-// group's column chunks whole), unless the table sets its row groups'
-// size (write.parquet.row-group-size-bytes), which wins. The pages keep the table's size (1 MiB):
-// 64 KiB pages held 5 MiB less in a 16 MiB round but made the files 26%
-// larger (1,000 commits of 1.5M changes: 422 MiB written against 335).
-func roundSizes(tasks []table.FileScanTask, limit int64, props iceberg.Properties) groupSizes {
+// memoryOptions size the compaction of tasks to hold about limit bytes,
+// with row groups of group bytes: iceberg-go's defaults (batches of the
+// table's read.parquet.batch-size, 64 of them queued) raised a round's
+// peak well past the writers' budget. A quarter of the limit goes to the
+// batches read and queued (a batch in the reader's hands, a queue of 4,
+// one routed, one encoded); a row's size is estimated from the files
+// read, its compressed size in them decoded at most decodedRatio times
+// larger.
+func memoryOptions(tasks []table.FileScanTask, limit, group int64) []table.CompactionGroupOption {
 	const decodedRatio = 8
-	if limit <= 0 {
-		limit = DefaultCompactionMemory
-	}
 	var rows, bytes int64
 	for _, t := range tasks {
 		rows, bytes = rows+t.File.Count(), bytes+t.File.FileSizeBytes()
 	}
 	stored := max(bytes/max(rows, 1), 1)
 	batch := min(max(limit/4/6/(stored*decodedRatio), 256), 64<<10)
-	group := max(limit/8, 1<<20)
-	if _, ok := props[table.ParquetRowGroupSizeBytesKey]; ok {
-		group = int64(props.GetInt(table.ParquetRowGroupSizeBytesKey, int(group)))
-	}
-	return groupSizes{
-		opts: []table.CompactionGroupOption{
-			table.WithCompactionArrowBatchSize(int(batch)),
-			table.WithCompactionRecordBatchBufferSize(4),
-			// iceberg-go cuts a row group by the bytes of its pages
-			// already encoded, which lag the values written: the rows
-			// a group's bytes hold cut it in time (31 MiB against 37
-			// live in a 16 MiB round).
-			table.WithCompactionParquetRowGroupLimit(int(min(max(group/stored, 4<<10), 1<<20))),
-		},
-		props: iceberg.Properties{table.ParquetRowGroupSizeBytesKey: strconv.FormatInt(group, 10)},
+	return []table.CompactionGroupOption{
+		table.WithCompactionArrowBatchSize(int(batch)),
+		table.WithCompactionRecordBatchBufferSize(4),
+		// iceberg-go cuts a row group by the bytes of its pages already
+		// encoded, which lag the values written: the rows a group's
+		// bytes hold cut it in time (31 MiB against 37 live in a 16 MiB
+		// round).
+		table.WithCompactionParquetRowGroupLimit(int(min(max(group/stored, 4<<10), 1<<20))),
 	}
 }
 
@@ -530,23 +524,15 @@ func CompactionFile(path, sinkID string) bool {
 func CompactionFolder(sinkID string) string { return sinkID + "-compacted" }
 
 // compactionTable is the table as a compaction round's writer sees it:
-// the same metadata with its data path (write.data.path) set to folder
-// under the table's data folder (empty: the table's data folder) and the
-// properties props for the keys the table leaves unset. Only the files'
-// location and layout change; the round commits through c.tbl.
+// the same metadata with props set and its data path (write.data.path)
+// set to folder under the table's data folder (empty: the table's data
+// folder). Only the files' location and layout change; the round commits
+// through c.tbl.
 func (c *Committer) compactionTable(folder string, props iceberg.Properties) (*table.Table, error) {
 	meta := c.tbl.Metadata()
-	set := iceberg.Properties{}
-	for k, v := range props {
-		if _, ok := meta.Properties()[k]; !ok {
-			set[k] = v
-		}
-	}
+	set := maps.Clone(props)
 	if folder != "" {
 		set[table.WriteDataPathKey] = dataFolder(meta) + "/" + folder
-	}
-	if len(set) == 0 {
-		return c.tbl, nil
 	}
 	b, err := table.MetadataBuilderFromBase(meta, c.tbl.MetadataLocation())
 	if err != nil {
