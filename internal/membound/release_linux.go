@@ -19,6 +19,13 @@ import (
 // the page cache or the file; the others (package initialization, start-up
 // paths) stay out of its resident set. The writable data mapping is left
 // alone. Pages another process maps too are not reclaimed.
+//
+// The mappings are also marked for random access (MADV_RANDOM): a page
+// faulted back in is then read alone, without read-ahead. Read ahead, it
+// comes back in a large folio of the page cache (ext4 on Linux 6.16 and
+// later), and a fault maps the whole folio: touching one byte of the
+// binary put up to 2 MiB back in the resident set. A 16 MiB writer's
+// run over 1,000 commits peaked at 98-101 MiB with it, 108 without.
 func ReleaseBinary() (int64, error) {
 	exe, err := os.Executable()
 	if err != nil {
@@ -28,7 +35,7 @@ func ReleaseBinary() (int64, error) {
 }
 
 // releaseMapped pages out the process's read-only mappings of the file at
-// path and returns the bytes they span.
+// path, marks them for random access, and returns the bytes they span.
 func releaseMapped(path string) (int64, error) {
 	f, err := os.Open("/proc/self/maps")
 	if err != nil {
@@ -49,8 +56,10 @@ func releaseMapped(path string) (int64, error) {
 		if err1 != nil || err2 != nil || end <= start {
 			return spanned, fmt.Errorf("membound: releasing the pages of %s: /proc/self/maps line %q", path, sc.Text())
 		}
-		if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(start), uintptr(end-start), unix.MADV_PAGEOUT); errno != 0 {
-			return spanned, fmt.Errorf("membound: releasing the pages of %s (%s): %w", path, fields[0], errno)
+		for _, advice := range []uintptr{unix.MADV_PAGEOUT, unix.MADV_RANDOM} {
+			if _, _, errno := unix.Syscall(unix.SYS_MADVISE, uintptr(start), uintptr(end-start), advice); errno != 0 {
+				return spanned, fmt.Errorf("membound: releasing the pages of %s (%s): %w", path, fields[0], errno)
+			}
 		}
 		spanned += int64(end - start)
 	}
