@@ -129,20 +129,33 @@ const ReleaseInterval = 10 * time.Second
 // releases the binary's resident pages at Start and every
 // ReleaseInterval: of the 49-51 MiB a copied icesink binary has resident
 // after start-up, a run over 1,000 commits had 27 MiB at its peak; the
-// rest served package initialization (arrow-go's compute registry, pgx's types, the AWS SDK's
-// tables) and start-up paths.
+// rest served package initialization (arrow-go's compute registry, pgx's
+// types, the AWS SDK's tables) and start-up paths.
+//
+// After Start, a release is skipped when the resident set stayed under
+// three quarters of the bound since the last one: a process well inside
+// its bound does not pay the reads of the pages coming back.
 type Governor struct {
 	bound, ceiling int64
 	prev           int64 // the limit before Start
 	stop           chan struct{}
 	done           chan struct{}
-	stats          Stats // written by adjust only, read by Stop once done
+	// high is the highest resident set adjust saw since the last
+	// release; only the governor's goroutine touches it after Start.
+	high  int64
+	stats Stats // written by adjust and release only, read by Stop once done
 }
 
 // Start releases the binary's pages and sets the limit for bound (at most
 // ceiling) now, then sets the limit again every interval and releases the
-// pages every ReleaseInterval until ctx ends or Stop is called.
+// pages every ReleaseInterval (when the resident set came near the bound)
+// until ctx ends or Stop is called.
 func Start(ctx context.Context, bound, ceiling int64, interval time.Duration) *Governor {
+	return start(ctx, bound, ceiling, interval, ReleaseInterval)
+}
+
+// start is Start with the release interval given.
+func start(ctx context.Context, bound, ceiling int64, interval, releaseEvery time.Duration) *Governor {
 	g := &Governor{bound: bound, ceiling: ceiling, prev: debug.SetMemoryLimit(-1),
 		stop: make(chan struct{}), done: make(chan struct{}), stats: Stats{Bound: bound}}
 	g.release()
@@ -151,7 +164,7 @@ func Start(ctx context.Context, bound, ceiling int64, interval time.Duration) *G
 		defer close(g.done)
 		t := time.NewTicker(interval)
 		defer t.Stop()
-		r := time.NewTicker(ReleaseInterval)
+		r := time.NewTicker(releaseEvery)
 		defer r.Stop()
 		for {
 			select {
@@ -162,7 +175,9 @@ func Start(ctx context.Context, bound, ceiling int64, interval time.Duration) *G
 			case <-t.C:
 				g.adjust()
 			case <-r.C:
-				g.release()
+				if g.high >= g.bound/4*3 {
+					g.release()
+				}
 			}
 		}
 	}()
@@ -179,11 +194,14 @@ func (g *Governor) release() {
 		return
 	}
 	g.stats.Releases++
+	g.high = 0
 }
 
 // adjust sets the limit from the figures now.
 func (g *Governor) adjust() {
-	l, floored := Limit(g.bound, g.ceiling, Read())
+	f := Read()
+	g.high = max(g.high, f.RSS)
+	l, floored := Limit(g.bound, g.ceiling, f)
 	debug.SetMemoryLimit(l)
 	s := &g.stats
 	if s.MinLimit == 0 || l < s.MinLimit {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -114,6 +115,33 @@ func cachedPages(vec []byte) int {
 		n += int(b & 1)
 	}
 	return n
+}
+
+// TestGovernorReleases: after Start the governor releases the pages only
+// while the process comes near its bound.
+func TestGovernorReleases(t *testing.T) {
+	if _, err := ReleaseBinary(); err != nil {
+		t.Skipf("the binary's pages cannot be released here: %v", err)
+	}
+	for _, c := range []struct {
+		name  string
+		bound int64
+		many  bool
+	}{
+		{"over the bound", 1 << 20, true},
+		{"far under it", 1 << 50, false},
+	} {
+		g := start(t.Context(), c.bound, 1<<50, time.Millisecond, 5*time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
+		s := g.Stop()
+		if s.ReleaseErr != nil {
+			t.Fatalf("%s: %v", c.name, s.ReleaseErr)
+		}
+		if many := s.Releases > 1; many != c.many {
+			t.Errorf("%s (resident set %d KiB, bound %d KiB): %d releases over 40 release ticks, want more than one: %v",
+				c.name, Read().RSS>>10, c.bound>>10, s.Releases, c.many)
+		}
+	}
 }
 
 // residentOf is the resident size of the process's read-only mappings of
