@@ -120,7 +120,7 @@ const Interval = 50 * time.Millisecond
 // of paths a run takes now and then (its first commit, a compaction
 // round) stay out between their uses. The pages a run keeps using are read
 // back one by one (MADV_RANDOM), a few thousand 4 KiB reads per release:
-// every 10 s, a 16 MiB run over 1,000 commits peaked at 94 MiB against
+// every 10 s, a 16 MiB run over 1,000 commits peaked at 94-96 MiB against
 // 99-101 every 30 s, in the same time.
 const ReleaseInterval = 10 * time.Second
 
