@@ -32,13 +32,17 @@ func ratios(r *Results) []Ratio {
 		targetRSS      = &target{atLeast: false, bound: 0.2}
 		targetScan     = &target{atLeast: true, bound: 0.7}
 		targetBound    = &target{atLeast: false, bound: 1}
+		// Issue 25: the spilled writer at >= 0.8x the unbounded one's speed.
+		targetVsUnbounded = &target{atLeast: true, bound: 0.8}
 	)
 	var out []Ratio
-	var unb, app, floor *ScenarioResult
+	var unb, unbEq, app, floor *ScenarioResult
 	for i := range r.Scenarios {
 		switch s := &r.Scenarios[i]; s.Kind {
 		case Unbounded:
-			if !s.Equality {
+			if s.Equality {
+				unbEq = s
+			} else {
 				unb = s
 			}
 		case AppendBaseline:
@@ -108,6 +112,14 @@ func ratios(r *Results) []Ratio {
 					}
 					return x.Rebuild.Seconds
 				}, nil, "a restart on an unchanged table takes the key index the last run saved (deltawriter.Options.KeyIndexDir)"))
+		}
+		same := unb // the unbounded scenario of w's delete mode
+		if w.Equality {
+			same = unbEq
+		}
+		if bounded && same != nil {
+			out = append(out, pair(w.Name+" rows/s ÷ "+same.Name+" rows/s", w, same, rate, rate, targetVsUnbounded,
+				"the bound's cost in speed: the same stream and delete mode, unbounded, in the same repeat"))
 		}
 		if bounded && unb != nil {
 			out = append(out, pair(w.Name+" peak RSS ÷ unbounded peak RSS", w, unb, rss, rss, targetRSS,

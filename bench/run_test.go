@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -177,5 +178,44 @@ func TestStat(t *testing.T) {
 	}
 	if s := statOf([]float64{4, 1, 2, 3}); s.Median != 2.5 {
 		t.Errorf("statOf even: %+v", s)
+	}
+}
+
+// TestRatiosBoundedVsUnbounded: a bounded scenario's speed is paired with
+// the unbounded scenario of its own delete mode, repeat by repeat, and
+// held to issue 25's 0.8.
+func TestRatiosBoundedVsUnbounded(t *testing.T) {
+	sc := func(name string, kind Kind, eq bool, rates ...float64) ScenarioResult {
+		s := ScenarioResult{Scenario: Scenario{Name: name, Kind: kind, Equality: eq, MemoryLimit: 32 << 20}}
+		for i, v := range rates {
+			s.Runs = append(s.Runs, RunResult{Repeat: i, RowsPerSec: v})
+		}
+		return s
+	}
+	r := &Results{Scenarios: []ScenarioResult{
+		sc("unbounded", Unbounded, false, 100, 200),
+		sc("bounded-32MiB", Bounded, false, 90, 150),
+		sc("unbounded-equality", Unbounded, true, 1000, 1000),
+		sc("bounded-32MiB-equality", Bounded, true, 700, 790),
+	}}
+	want := map[string]struct {
+		median float64
+		met    bool
+	}{
+		"bounded-32MiB rows/s ÷ unbounded rows/s":                   {(0.9 + 0.75) / 2, true},
+		"bounded-32MiB-equality rows/s ÷ unbounded-equality rows/s": {(0.7 + 0.79) / 2, false},
+	}
+	for _, ra := range ratios(r) {
+		w, ok := want[ra.Name]
+		if !ok {
+			continue
+		}
+		delete(want, ra.Name)
+		if math.Abs(ra.Value.Median-w.median) > 1e-9 || ra.Met == nil || *ra.Met != w.met || ra.Target != ">= 0.80" {
+			t.Errorf("%s: median %v met %v target %q, want %v %v >= 0.80", ra.Name, ra.Value.Median, ra.Met, ra.Target, w.median, w.met)
+		}
+	}
+	for name := range want {
+		t.Errorf("no ratio %q", name)
 	}
 }
