@@ -117,28 +117,33 @@ func cachedPages(vec []byte) int {
 	return n
 }
 
-// TestGovernorReleases: after Start the governor releases the pages only
-// while the process comes near its bound.
+// TestGovernorReleases: after Start the governor releases the pages every
+// release tick only while the process comes near its bound, and between
+// ticks when the resident set is within NearBound of the bound.
 func TestGovernorReleases(t *testing.T) {
 	if _, err := ReleaseBinary(); err != nil {
 		t.Skipf("the binary's pages cannot be released here: %v", err)
 	}
+	const tick, never = 5 * time.Millisecond, time.Hour
 	for _, c := range []struct {
-		name  string
-		bound int64
-		many  bool
+		name                  string
+		bound                 int64
+		releaseEvery, nearGap time.Duration
+		many                  bool
 	}{
-		{"over the bound", 1 << 20, true},
-		{"far under it", 1 << 50, false},
+		{"over the bound, periodic", 1 << 20, tick, never, true},
+		{"over the bound, near it", 1 << 20, never, tick, true},
+		{"over the bound, no trigger", 1 << 20, never, never, false},
+		{"far under it", 1 << 50, tick, tick, false},
 	} {
-		g := start(t.Context(), c.bound, 1<<50, time.Millisecond, 5*time.Millisecond)
+		g := start(t.Context(), c.bound, 1<<50, time.Millisecond, c.releaseEvery, c.nearGap)
 		time.Sleep(200 * time.Millisecond)
 		s := g.Stop()
 		if s.ReleaseErr != nil {
 			t.Fatalf("%s: %v", c.name, s.ReleaseErr)
 		}
 		if many := s.Releases > 1; many != c.many {
-			t.Errorf("%s (resident set %d KiB, bound %d KiB): %d releases over 40 release ticks, want more than one: %v",
+			t.Errorf("%s (resident set %d KiB, bound %d KiB): %d releases in 200 ms, want more than one: %v",
 				c.name, Read().RSS>>10, c.bound>>10, s.Releases, c.many)
 		}
 	}
