@@ -127,7 +127,8 @@ const ReleaseInterval = 10 * time.Second
 // NearBound is how near its bound (a NearBound-th of it) the resident set
 // comes before the governor releases the binary's pages without waiting
 // for the next ReleaseInterval; NearBoundGap is the least time between two
-// such releases (each costs the reads of the pages that come back). The
+// such releases (each costs the reads of the pages that come back),
+// doubled after each one in a row up to ReleaseInterval. The
 // default command at 16 MiB (15 commits, two compaction rounds, 8 s)
 // peaked at 99-101 MiB before (bound 96: its one release was at Start),
 // 93-95 with it.
@@ -155,11 +156,15 @@ type Governor struct {
 	// high is the highest resident set adjust saw since the last
 	// release; only the governor's goroutine touches it after Start.
 	high int64
-	// last is the time of the last release; nearGap the least time
-	// between two releases that coming near the bound triggers.
-	last    time.Time
-	nearGap time.Duration
-	stats   Stats // written by adjust and release only, read by Stop once done
+	// last is the time of the last release. nearGap is the least time
+	// between two releases that coming near the bound triggers; it
+	// doubles with each such release in a row (near counts them), up to
+	// releaseEvery, and is back at its start once the resident set falls
+	// a sixteenth under the bound.
+	last                  time.Time
+	nearGap, releaseEvery time.Duration
+	near                  int
+	stats                 Stats // written by adjust and release only, read by Stop once done
 }
 
 // Start releases the binary's pages and sets the limit for bound (at most
@@ -173,7 +178,7 @@ func Start(ctx context.Context, bound, ceiling int64, interval time.Duration) *G
 
 // start is Start with the release intervals given.
 func start(ctx context.Context, bound, ceiling int64, interval, releaseEvery, nearGap time.Duration) *Governor {
-	g := &Governor{bound: bound, ceiling: ceiling, nearGap: nearGap, prev: debug.SetMemoryLimit(-1),
+	g := &Governor{bound: bound, ceiling: ceiling, nearGap: nearGap, releaseEvery: releaseEvery, prev: debug.SetMemoryLimit(-1),
 		stop: make(chan struct{}), done: make(chan struct{}), stats: Stats{Bound: bound}}
 	g.release()
 	g.adjust()
@@ -219,10 +224,16 @@ func (g *Governor) release() {
 func (g *Governor) adjust() {
 	f := Read()
 	g.high = max(g.high, f.RSS)
-	if f.RSS >= g.bound-g.bound/NearBound && time.Since(g.last) >= g.nearGap {
+	if f.RSS < g.bound-g.bound/16 {
+		g.near = 0 // away from the bound: the next peak is a new one
+	}
+	if f.RSS >= g.bound-g.bound/NearBound && time.Since(g.last) >= min(g.nearGap<<min(g.near, 16), g.releaseEvery) {
 		// Pages of paths taken since the last release (a compaction
-		// round's, a commit's) are what the bound can still give.
+		// round's, a commit's) are what the bound can still give. A
+		// process that stays at its bound backs off to the periodic
+		// rate: each release costs the reads of the pages in use.
 		g.release()
+		g.near++
 		f = Read()
 	}
 	l, floored := Limit(g.bound, g.ceiling, f)

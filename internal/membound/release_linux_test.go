@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -147,6 +148,16 @@ func TestGovernorReleases(t *testing.T) {
 				c.name, Read().RSS>>10, c.bound>>10, s.Releases, c.many)
 		}
 	}
+
+	// A process that stays over its bound: the releases near it back
+	// off (1, 2, 4 ... ms apart: about 8 in 200 ms, against one per
+	// adjustment, 1 ms apart, without the backoff).
+	g := start(t.Context(), 1<<20, 1<<50, time.Millisecond, never, time.Millisecond)
+	time.Sleep(200 * time.Millisecond)
+	s := g.Stop()
+	if s.Releases < 2 || s.Releases > 12 {
+		t.Errorf("staying over the bound: %d releases in 200 ms, want 2 to 12 (backing off from 1 ms)", s.Releases)
+	}
 }
 
 // residentOf is the resident size of the process's read-only mappings of
@@ -179,4 +190,42 @@ func residentOf(t *testing.T, path string) int64 {
 		t.Fatal(err)
 	}
 	return rss
+}
+
+// TestNearBoundBackoff steps a governor's adjustments by hand: releases
+// near the bound come at least nearGap apart, the gap doubles with each
+// one in a row, and it starts over once the resident set leaves the
+// bound.
+func TestNearBoundBackoff(t *testing.T) {
+	if _, err := ReleaseBinary(); err != nil {
+		t.Skipf("the binary's pages cannot be released here: %v", err)
+	}
+	prev := debug.SetMemoryLimit(-1)
+	defer debug.SetMemoryLimit(prev)
+	const over, under = 1 << 20, 1 << 50 // bounds the process is over, far under
+	g := &Governor{bound: over, ceiling: 1 << 50, nearGap: time.Second, releaseEvery: time.Hour}
+	for i, step := range []struct {
+		bound   int64
+		since   time.Duration // since the last release
+		release bool
+	}{
+		{over, 1500 * time.Millisecond, true},  // gap 1 s
+		{over, 1500 * time.Millisecond, false}, // gap 2 s now
+		{over, 2500 * time.Millisecond, true},
+		{over, 3500 * time.Millisecond, false}, // gap 4 s now
+		{under, time.Hour, false},              // away from the bound: gap 1 s again
+		{over, 1500 * time.Millisecond, true},
+	} {
+		g.bound = step.bound
+		g.last = time.Now().Add(-step.since)
+		before := g.stats.Releases
+		g.adjust()
+		if released := g.stats.Releases > before; released != step.release {
+			t.Fatalf("step %d (bound %d, %v since the last release, %d in a row): released %v, want %v",
+				i, step.bound, step.since, g.near, released, step.release)
+		}
+		if g.stats.ReleaseErr != nil {
+			t.Fatal(g.stats.ReleaseErr)
+		}
+	}
 }
