@@ -131,7 +131,7 @@ const ReleaseInterval = 10 * time.Second
 // doubled after each one in a row up to ReleaseInterval. The
 // default command at 16 MiB (15 commits, two compaction rounds, 8 s)
 // peaked at 99-101 MiB before (bound 96: its one release was at Start),
-// 93-95 with it.
+// 93-96 with it.
 const (
 	NearBound    = 32
 	NearBoundGap = 2 * time.Second
@@ -147,7 +147,9 @@ const (
 //
 // After Start, a release is skipped when the resident set stayed under
 // three quarters of the bound since the last one: a process well inside
-// its bound does not pay the reads of the pages coming back.
+// its bound does not pay the reads of the pages coming back. One comes
+// early when the resident set nears the bound (NearBound): a short run's
+// peak, a compaction round, may come before the next periodic release.
 type Governor struct {
 	bound, ceiling int64
 	prev           int64 // the limit before Start
@@ -171,7 +173,8 @@ type Governor struct {
 // ceiling) now, then sets the limit again every interval and releases the
 // pages every ReleaseInterval (when the resident set came near the bound),
 // and at once when the resident set comes within NearBound of the bound
-// (at most every NearBoundGap), until ctx ends or Stop is called.
+// (at least NearBoundGap apart, backing off), until ctx ends or Stop is
+// called.
 func Start(ctx context.Context, bound, ceiling int64, interval time.Duration) *Governor {
 	return start(ctx, bound, ceiling, interval, ReleaseInterval, NearBoundGap)
 }
