@@ -171,7 +171,8 @@ type Governor struct {
 
 // Start releases the binary's pages and sets the limit for bound (at most
 // ceiling) now, then sets the limit again every interval and releases the
-// pages every ReleaseInterval (when the resident set came near the bound),
+// pages ReleaseInterval after the last release (when the resident set came
+// within a quarter of the bound since),
 // and at once when the resident set comes within NearBound of the bound
 // (at least NearBoundGap apart, backing off), until ctx ends or Stop is
 // called.
@@ -189,8 +190,6 @@ func start(ctx context.Context, bound, ceiling int64, interval, releaseEvery, ne
 		defer close(g.done)
 		t := time.NewTicker(interval)
 		defer t.Stop()
-		r := time.NewTicker(releaseEvery)
-		defer r.Stop()
 		for {
 			select {
 			case <-ctx.Done():
@@ -199,10 +198,6 @@ func start(ctx context.Context, bound, ceiling int64, interval, releaseEvery, ne
 				return
 			case <-t.C:
 				g.adjust()
-			case <-r.C:
-				if g.high >= g.bound/4*3 {
-					g.release()
-				}
 			}
 		}
 	}()
@@ -223,20 +218,26 @@ func (g *Governor) release() {
 	g.last = time.Now()
 }
 
-// adjust sets the limit from the figures now.
+// adjust releases the binary's pages when it is time (releaseEvery since
+// the last release, if the resident set came within a quarter of the
+// bound; sooner near the bound) and sets the limit from the figures now.
 func (g *Governor) adjust() {
 	f := Read()
 	g.high = max(g.high, f.RSS)
 	if f.RSS < g.bound-g.bound/16 {
 		g.near = 0 // away from the bound: the next peak is a new one
 	}
-	if f.RSS >= g.bound-g.bound/NearBound && time.Since(g.last) >= min(g.nearGap<<min(g.near, 16), g.releaseEvery) {
+	since := time.Since(g.last)
+	near := f.RSS >= g.bound-g.bound/NearBound && since >= min(g.nearGap<<min(g.near, 16), g.releaseEvery)
+	if near || since >= g.releaseEvery && g.high >= g.bound/4*3 {
 		// Pages of paths taken since the last release (a compaction
 		// round's, a commit's) are what the bound can still give. A
 		// process that stays at its bound backs off to the periodic
 		// rate: each release costs the reads of the pages in use.
 		g.release()
-		g.near++
+		if near {
+			g.near++
+		}
 		f = Read()
 	}
 	l, floored := Limit(g.bound, g.ceiling, f)

@@ -132,7 +132,7 @@ func TestGovernorReleases(t *testing.T) {
 		releaseEvery, nearGap time.Duration
 		many                  bool
 	}{
-		{"over the bound, periodic", 1 << 20, tick, never, true},
+		{"over the bound, gaps capped at the period", 1 << 20, tick, never, true},
 		{"over the bound, near it", 1 << 20, never, tick, true},
 		{"over the bound, no trigger", 1 << 20, never, never, false},
 		{"far under it", 1 << 50, tick, tick, false},
@@ -195,15 +195,18 @@ func residentOf(t *testing.T, path string) int64 {
 // TestNearBoundBackoff steps a governor's adjustments by hand: releases
 // near the bound come at least nearGap apart, the gap doubles with each
 // one in a row, and it starts over once the resident set leaves the
-// bound.
+// bound; within a quarter of the bound (not near it) the releases come
+// releaseEvery apart.
 func TestNearBoundBackoff(t *testing.T) {
 	if _, err := ReleaseBinary(); err != nil {
 		t.Skipf("the binary's pages cannot be released here: %v", err)
 	}
 	prev := debug.SetMemoryLimit(-1)
 	defer debug.SetMemoryLimit(prev)
-	const over, under = 1 << 20, 1 << 50 // bounds the process is over, far under
-	g := &Governor{bound: over, ceiling: 1 << 50, nearGap: time.Second, releaseEvery: time.Hour}
+	// Bounds the process is over, far under, and within a quarter of but
+	// not within NearBound of (taken from the resident set at the step).
+	const over, under, quarter = 1 << 20, 1 << 50, 0
+	g := &Governor{bound: over, ceiling: 1 << 50, nearGap: time.Second, releaseEvery: 10 * time.Second}
 	for i, step := range []struct {
 		bound   int64
 		since   time.Duration // since the last release
@@ -215,14 +218,19 @@ func TestNearBoundBackoff(t *testing.T) {
 		{over, 3500 * time.Millisecond, false}, // gap 4 s now
 		{under, time.Hour, false},              // away from the bound: gap 1 s again
 		{over, 1500 * time.Millisecond, true},
+		{quarter, 9 * time.Second, false}, // the periodic release is not due
+		{quarter, 11 * time.Second, true},
 	} {
 		g.bound = step.bound
+		if g.bound == quarter {
+			g.bound = Read().RSS * 6 / 5
+		}
 		g.last = time.Now().Add(-step.since)
 		before := g.stats.Releases
 		g.adjust()
 		if released := g.stats.Releases > before; released != step.release {
 			t.Fatalf("step %d (bound %d, %v since the last release, %d in a row): released %v, want %v",
-				i, step.bound, step.since, g.near, released, step.release)
+				i, g.bound, step.since, g.near, released, step.release)
 		}
 		if g.stats.ReleaseErr != nil {
 			t.Fatal(g.stats.ReleaseErr)
