@@ -18,7 +18,8 @@ import (
 
 // Schemas looks up the writer schemas of a schema registry by id
 // (kafka.Registry is one). An id the registry does not have is an error
-// matching ErrUnknownSchema; any other error is the registry's, not the
+// matching ErrUnknownSchema, one it has but in a kind icesink cannot read
+// an error matching ErrUnsupportedSchema; any other error is the registry's, not the
 // message's, and stops the decoding of that message without blaming it.
 type Schemas interface {
 	Schema(ctx context.Context, id int) (string, error)
@@ -27,6 +28,11 @@ type Schemas interface {
 // ErrUnknownSchema is a message that names a schema id its registry does
 // not have.
 var ErrUnknownSchema = errors.New("unknown schema id")
+
+// ErrUnsupportedSchema is a message whose schema id names a schema the
+// registry has but icesink cannot read (not Avro, or Avro with references
+// to other subjects): a bad message, not an outage.
+var ErrUnsupportedSchema = errors.New("unsupported schema")
 
 // lookupTimeout bounds one schema lookup; a registry slower than this is
 // treated as unreachable.
@@ -46,6 +52,7 @@ type AvroDecoder struct {
 	values  map[int]*avroEnvelope
 	keys    map[int]*avroRow
 	r       *avro.Reader
+	max     int // the longest message accepted (SetMaxRecordSize)
 	evolve  bool
 	changes [2]deltawriter.Change
 	slab    rowSlab
@@ -67,8 +74,26 @@ func NewAvroDecoder(schema *iceberg.Schema, reg Schemas) (*AvroDecoder, error) {
 		reg:    reg,
 		values: make(map[int]*avroEnvelope),
 		keys:   make(map[int]*avroRow),
-		r:      avro.NewReader(nil, 0),
+		r:      newAvroReader(MaxLineSize),
+		max:    MaxLineSize,
 	}, nil
+}
+
+// newAvroReader returns a reader of Avro bodies whose strings and bytes may
+// be as long as a whole record may be (hamba/avro's own default is 1 MiB).
+func newAvroReader(max int) *avro.Reader {
+	return avro.NewReader(nil, 0, avro.WithReaderConfig(avro.Config{MaxByteSliceSize: max}.Freeze()))
+}
+
+// SetMaxRecordSize sets the longest message (and so the longest string or
+// bytes value) the decoder accepts, in bytes; the default is MaxLineSize,
+// as for JSON. A longer message is a bad message (ErrLineTooLong).
+func (d *AvroDecoder) SetMaxRecordSize(n int) {
+	if n <= 0 {
+		n = MaxLineSize
+	}
+	d.max = n
+	d.r = newAvroReader(n)
 }
 
 // SetEvolution turns schema evolution on or off: on, a record whose schema
@@ -148,6 +173,9 @@ func (d *AvroDecoder) DecodeKeyedMessage(key, msg []byte) (rec Record, skip bool
 	if len(msg) == 0 {
 		return Record{}, true, nil
 	}
+	if len(msg) > d.max || len(key) > d.max {
+		return Record{}, false, &MessageError{Err: kindErrf(ErrLineTooLong, "record of %d bytes, longer than the maximum record size %d (--max-record-size)", max(len(msg), len(key)), d.max)}
+	}
 	rec, err = d.decode(key, msg)
 	if err != nil {
 		return Record{}, false, messageError(err)
@@ -175,7 +203,7 @@ func (d *AvroDecoder) decode(key, msg []byte) (Record, error) {
 	for _, f := range env.fields {
 		switch f.role {
 		case roleSkip:
-			skipValue(r, f.typ)
+			skipValue(r, f.typ, len(body))
 		case roleOp:
 			s := r.ReadString()
 			if r.Error != nil {
@@ -314,6 +342,9 @@ func (d *AvroDecoder) parse(id int) (avro.Schema, error) {
 	text, err := d.reg.Schema(ctx, id)
 	if errors.Is(err, ErrUnknownSchema) {
 		return nil, kindErrf(ErrUnknownSchema, "schema id %d: %v", id, err)
+	}
+	if errors.Is(err, ErrUnsupportedSchema) {
+		return nil, kindErrf(ErrUnsupported, "schema id %d: %v", id, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("changelog: looking up schema id %d: %w: %w", id, errRegistry, err)
@@ -555,8 +586,8 @@ func floatValue(c *column, f float64, bits int) (any, error) {
 	return textValue(c, strconv.AppendFloat(nil, f, 'g', -1, bits), &tmp)
 }
 
-// skipValue reads past a value of schema s.
-func skipValue(r *avro.Reader, s avro.Schema) {
+// skipValue reads past a value of schema s in a body of size bytes.
+func skipValue(r *avro.Reader, s avro.Schema, size int) {
 	switch s := deref(s).(type) {
 	case *avro.PrimitiveSchema:
 		switch s.Type() {
@@ -585,30 +616,60 @@ func skipValue(r *avro.Reader, s avro.Schema) {
 			r.ReportError("skip", "union branch out of range")
 			return
 		}
-		skipValue(r, s.Types()[i])
+		skipValue(r, s.Types()[i], size)
 	case *avro.RecordSchema:
 		for _, f := range s.Fields() {
-			skipValue(r, f.Type())
+			skipValue(r, f.Type(), size)
 		}
 	case *avro.ArraySchema:
-		skipBlocks(r, func() { skipValue(r, s.Items()) })
+		skipBlocks(r, size, encodedEmpty(s.Items()), func() { skipValue(r, s.Items(), size) })
 	case *avro.MapSchema:
-		skipBlocks(r, func() { r.SkipString(); skipValue(r, s.Values()) })
+		// A map entry holds its key's length at least.
+		skipBlocks(r, size, false, func() { r.SkipString(); skipValue(r, s.Values(), size) })
 	}
 }
 
-func skipBlocks(r *avro.Reader, item func()) {
+// skipBlocks reads past the blocks of an array or map in a body of size
+// bytes; empty reports items that take no bytes (nulls), of which a block
+// may hold any count. Otherwise each item takes a byte at least, so a
+// block counting more items than the body has bytes is refused before it
+// is walked: a crafted count cannot keep the decoder busy.
+func skipBlocks(r *avro.Reader, size int, empty bool, item func()) {
 	for r.Error == nil {
-		n, size := r.ReadBlockHeader()
-		if n == 0 {
+		n, bytes := r.ReadBlockHeader()
+		switch {
+		case r.Error != nil || n == 0:
+			return
+		case bytes > 0:
+			r.SkipNBytes(int(bytes))
+			continue
+		case empty:
+			continue
+		case n < 0 || n > int64(size):
+			r.ReportError("skip", fmt.Sprintf("a block of %d items in a body of %d bytes", n, size))
 			return
 		}
-		if size > 0 {
-			r.SkipNBytes(int(size))
-			continue
-		}
-		for range n {
+		for i := int64(0); i < n && r.Error == nil; i++ {
 			item()
 		}
 	}
+}
+
+// encodedEmpty reports a schema whose values take no bytes (null, fixed of
+// size 0, a record of such fields).
+func encodedEmpty(s avro.Schema) bool {
+	switch s := deref(s).(type) {
+	case *avro.NullSchema:
+		return true
+	case *avro.FixedSchema:
+		return s.Size() == 0
+	case *avro.RecordSchema:
+		for _, f := range s.Fields() {
+			if !encodedEmpty(f.Type()) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }

@@ -323,3 +323,90 @@ func TestSchemaFromDebeziumAvro(t *testing.T) {
 		t.Errorf("a key field not in the value: %v", err)
 	}
 }
+
+// TestAvroRecordSize: one record-size limit for every format: an Avro
+// string over hamba/avro's own 1 MiB default decodes, as JSON's would, and
+// a message over SetMaxRecordSize is a bad message naming the limit.
+func TestAvroRecordSize(t *testing.T) {
+	table := iceberg.NewSchemaWithIdentifiers(0, []int{1},
+		iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.Int64Type{}, Required: true},
+		iceberg.NestedField{ID: 2, Name: "doc", Type: iceberg.StringType{}},
+		iceberg.NestedField{ID: 3, Name: "blob", Type: iceberg.BinaryType{}},
+	)
+	reg := mapSchemas{}
+	register(t, reg, table, 1)
+	enc, _ := NewAvroEncoder(table, testSource)
+	dec, err := NewAvroDecoder(table, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Repeat("x", 3<<20)
+	blob := []byte(strings.Repeat("y", 2<<20))
+	msg, err := enc.AppendDebeziumAvro(nil, 1, nil, []any{int64(1), doc, blob})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _, err := dec.DecodeKeyedMessage(nil, msg)
+	if err != nil || len(rec.Changes) != 1 || rec.Changes[0].Row[1] != doc || string(rec.Changes[0].Row[2].([]byte)) != string(blob) {
+		t.Fatalf("a 3 MiB string and 2 MiB bytes: %v", err)
+	}
+	dec.SetMaxRecordSize(1 << 20)
+	_, _, err = dec.DecodeKeyedMessage(nil, msg)
+	var me *MessageError
+	if !errors.As(err, &me) || !errors.Is(err, ErrLineTooLong) || !strings.Contains(err.Error(), "maximum record size 1048576") {
+		t.Errorf("over the limit: %v, want a bad message naming the limit", err)
+	}
+}
+
+// TestAvroCraftedBlockCount: an array block counting 2^62 items over a
+// body of a few bytes is refused at once; walking the count item by item
+// never ended.
+func TestAvroCraftedBlockCount(t *testing.T) {
+	table := iceberg.NewSchemaWithIdentifiers(0, []int{1},
+		iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.Int64Type{}, Required: true},
+	)
+	reg := mapSchemas{1: `{"type":"record","name":"Envelope","namespace":"x","fields":[
+		{"name":"junk","type":{"type":"array","items":"long"}},
+		{"name":"nulls","type":{"type":"array","items":"null"}},
+		{"name":"op","type":"string"},
+		{"name":"after","type":{"type":"record","name":"Row","fields":[{"name":"id","type":"long"}]}}]}`}
+	dec, err := NewAvroDecoder(table, reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zigzag := func(b []byte, v int64) []byte {
+		u := uint64(v<<1) ^ uint64(v>>63)
+		for u >= 0x80 {
+			b = append(b, byte(u)|0x80)
+			u >>= 7
+		}
+		return append(b, byte(u))
+	}
+	// A legitimate body: 3 nulls in the second array, op "c", id 7.
+	ok := zigzag(zigzag(zigzag(zigzag(nil, 0), 3), 0), 1)
+	ok = zigzag(append(ok, 'c'), 7)
+	crafted := zigzag(zigzag(nil, 1<<62), 2)
+	// 2^62 nulls take no bytes: a valid body, decoded without a walk.
+	manyNulls := zigzag(zigzag(zigzag(zigzag(nil, 0), 1<<62), 0), 1)
+	manyNulls = zigzag(append(manyNulls, 'c'), 7)
+	for _, tc := range []struct {
+		name string
+		body []byte
+		bad  bool
+	}{{"nulls", ok, false}, {"2^62 nulls", manyNulls, false}, {"crafted count", crafted, true}} {
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := dec.DecodeKeyedMessage(nil, appendWire(nil, 1, tc.body))
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			var me *MessageError
+			if tc.bad != (err != nil) || (tc.bad && !errors.As(err, &me)) {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the decoder still runs after 10 s", tc.name)
+		}
+	}
+}

@@ -92,6 +92,19 @@ func (h *headReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// WithMaxRecordSize sets the longest line or message the decoder accepts,
+// in bytes (default MaxLineSize); AvroDecoder.SetMaxRecordSize is its
+// Avro counterpart, so one limit holds for every format.
+func WithMaxRecordSize(n int) Option {
+	return func(d *Decoder) error {
+		if n <= 0 {
+			return fmt.Errorf("changelog: maximum record size %d: want a positive size", n)
+		}
+		d.maxLine = n
+		return nil
+	}
+}
+
 // NewDecoder returns a decoder of format over r for rows of schema. The
 // schema must have identifier fields (the key; every one a required
 // top-level primitive column, not float or double) and only primitive

@@ -449,6 +449,29 @@ func TestMaxLineSize(t *testing.T) {
 	}
 }
 
+// TestWithMaxRecordSize: the limit is the user's (--max-record-size), for
+// lines and Kafka messages alike.
+func TestWithMaxRecordSize(t *testing.T) {
+	const limit = 100
+	ok := `{"barrier":true,"x":"` + strings.Repeat("a", limit-len(`{"barrier":true,"x":""}`)) + `"}`
+	d, err := NewDecoder(strings.NewReader(ok+"\n"+ok+"a\n"), ChangelogJSON, smallSchema(), WithMaxRecordSize(limit))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := d.Next(); err != nil || !rec.Barrier {
+		t.Fatalf("a line of the limit's length: %v", err)
+	}
+	if _, err := d.Next(); !errors.Is(err, ErrLineTooLong) || lineErr(t, err).Line != 2 || !strings.Contains(err.Error(), "100 bytes") {
+		t.Fatalf("a line one byte over: %v", err)
+	}
+	if _, _, err := d.DecodeMessage([]byte(ok + " ")); !errors.Is(err, ErrLineTooLong) {
+		t.Fatalf("a message one byte over: %v", err)
+	}
+	if _, err := NewDecoder(strings.NewReader(""), ChangelogJSON, smallSchema(), WithMaxRecordSize(0)); err == nil {
+		t.Fatal("a limit of 0 accepted")
+	}
+}
+
 func TestSkip(t *testing.T) {
 	lines := []string{
 		`{"op":"+I","data":{"id":1,"qty":1}}`,

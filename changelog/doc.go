@@ -15,8 +15,8 @@
 // '\r' being JSON whitespace); the last line may lack its terminator. Lines
 // are numbered from 1, counting every line, also the empty and
 // whitespace-only ones, which are passed over. A UTF-8 byte order mark at
-// the very start of the input is ignored. A line longer than MaxLineSize is
-// an error (ErrLineTooLong). Record.Line is an input position: a new
+// the very start of the input is ignored. A line longer than MaxLineSize
+// (or WithMaxRecordSize's limit) is an error (ErrLineTooLong). Record.Line is an input position: a new
 // Decoder that first calls Skip(Line) resumes right after that record.
 //
 // In both formats a line {"barrier":true} is a barrier: it ends a
@@ -143,6 +143,9 @@
 // as its debezium-json spelling would: the field's Kafka Connect name
 // (connect.name) or Avro logical type says a time's unit or a decimal's
 // scale, as a Connect schema does for JSON. An id not seen before is asked
-// of the Schemas (ErrUnknownSchema when it has none: a bad message); a
-// Schemas that cannot answer is not the message's fault (a plain error).
+// of the Schemas (ErrUnknownSchema when it has none, ErrUnsupportedSchema
+// when it is not plain Avro: a bad message); a Schemas that cannot answer
+// is not the message's fault (a plain error). A message, and so a string or
+// bytes value, may be as long as a JSON line (SetMaxRecordSize); a block
+// count is bounded by the body's length.
 package changelog

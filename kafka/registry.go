@@ -85,23 +85,26 @@ func (r *Registry) Schema(ctx context.Context, id int) (string, error) {
 		switch {
 		case err == nil:
 			if got.Type != sr.TypeAvro {
-				return "", fmt.Errorf("kafka: schema registry: schema id %d is %s, not Avro", id, got.Type)
+				return "", fmt.Errorf("kafka: schema registry: schema id %d is a %s schema, not Avro: %w", id, got.Type, changelog.ErrUnsupportedSchema)
 			}
 			if len(got.References) > 0 {
-				return "", fmt.Errorf("kafka: schema registry: schema id %d references other schemas, which icesink does not resolve yet", id)
+				return "", fmt.Errorf("kafka: schema registry: schema id %d is an Avro schema with references to other subjects (%s), which icesink does not resolve: %w", id, got.References[0].Subject, changelog.ErrUnsupportedSchema)
 			}
 			r.mu.Lock()
 			r.cache[id] = got.Schema
 			r.mu.Unlock()
 			return got.Schema, nil
-		case errors.As(err, &re) && (re.StatusCode == http.StatusNotFound || re.ErrorCode == sr.ErrSchemaNotFound.Code):
+		case errors.As(err, &re) && re.ErrorCode == sr.ErrSchemaNotFound.Code:
+			// The registry's own answer: the id is not registered.
 			return "", fmt.Errorf("kafka: schema registry: %w (%s)", changelog.ErrUnknownSchema, re.Message)
 		case refused(err):
 			return "", refusedErr(err)
-		case errors.As(err, &re) && re.StatusCode < 500 && re.StatusCode != http.StatusTooManyRequests:
+		case errors.As(err, &re) && re.StatusCode < 500 && re.StatusCode != http.StatusTooManyRequests && re.StatusCode != http.StatusNotFound:
 			return "", fmt.Errorf("kafka: schema registry: schema id %d: %w", id, err)
 		}
-		// Unreachable, a server error or throttled: ask again.
+		// Unreachable, a server error, throttled, or a 404 that is not the
+		// registry's answer for an unknown id (a proxy's page, a wrong path
+		// prefix): an outage, not a bad record; ask again.
 		select {
 		case <-ctx.Done():
 			return "", fmt.Errorf("kafka: schema registry: schema id %d: %w (gave up: %w)", id, err, ctx.Err())
@@ -118,14 +121,16 @@ func (r *Registry) Latest(ctx context.Context, subject string) (string, error) {
 	got, err := r.cl.SchemaByVersion(ctx, subject, -1)
 	var re *sr.ResponseError
 	switch {
-	case errors.As(err, &re) && re.StatusCode == http.StatusNotFound:
+	case errors.As(err, &re) && (re.ErrorCode == sr.ErrSubjectNotFound.Code || re.ErrorCode == sr.ErrVersionNotFound.Code):
+		// The registry's own answer; a bare 404 (a proxy, a wrong path)
+		// is the registry's outage, reported below.
 		return "", fmt.Errorf("kafka: schema registry: subject %q: %w (%s)", subject, changelog.ErrUnknownSchema, re.Message)
 	case refused(err):
 		return "", refusedErr(err)
 	case err != nil:
 		return "", fmt.Errorf("kafka: schema registry: subject %q: %w", subject, err)
 	case got.Type != sr.TypeAvro:
-		return "", fmt.Errorf("kafka: schema registry: subject %q holds %s, not Avro", subject, got.Type)
+		return "", fmt.Errorf("kafka: schema registry: subject %q holds a %s schema, not Avro: %w", subject, got.Type, changelog.ErrUnsupportedSchema)
 	}
 	return got.Schema.Schema, nil
 }

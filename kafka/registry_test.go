@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -149,5 +150,78 @@ func TestSourceAvroRegistryDown(t *testing.T) {
 	ids, _ := readAll(t, s)
 	if len(ids) != 3 || ids[0] != 0 || ids[1] != 3 || ids[2] != 6 {
 		t.Fatalf("ids %v after the registry came back, want [0 3 6]", ids)
+	}
+}
+
+// TestRegistryAnswers: only the registry's own answer for an unknown id
+// (error code 40403) makes a bad record; a 404 from something else (a
+// proxy's page, a wrong path prefix) is an outage. A schema the registry
+// has but icesink cannot read (not Avro, Avro with references) is a bad
+// record naming the id and the kind.
+func TestRegistryAnswers(t *testing.T) {
+	reg, valueID, _ := registry(t)
+	r, err := kafka.NewRegistry(kafka.RegistryConfig{URLs: []string{reg.URL()}, User: "icesink", Password: "pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	protoID, _, err := reg.RegisterSchema("p-value", sr.Schema{Type: sr.TypeProtobuf, Schema: `syntax = "proto3"; message M { int64 id = 1; }`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refID, _, err := reg.RegisterSchema("r-value", sr.Schema{Type: sr.TypeAvro,
+		Schema:     `{"type":"record","name":"R","fields":[{"name":"v","type":"Envelope"}]}`,
+		References: []sr.SchemaReference{{Name: "Envelope", Subject: "t-value", Version: 1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		id   int
+		text string
+	}{{protoID, "is a PROTOBUF schema, not Avro"}, {refID, "references to other subjects (t-value)"}} {
+		_, err := r.Schema(ctx, tc.id)
+		if !errors.Is(err, changelog.ErrUnsupportedSchema) || !strings.Contains(err.Error(), tc.text) || !strings.Contains(err.Error(), fmt.Sprint(tc.id)) {
+			t.Errorf("schema id %d: %v, want ErrUnsupportedSchema naming the id and %q", tc.id, err, tc.text)
+		}
+	}
+	if _, err := r.Latest(ctx, "p-value"); !errors.Is(err, changelog.ErrUnsupportedSchema) {
+		t.Errorf("Latest(p-value): %v, want ErrUnsupportedSchema", err)
+	}
+	// The decoder makes it a bad message, not a held one.
+	dec, err := changelog.NewAvroDecoder(schema, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = dec.DecodeKeyedMessage(nil, append([]byte{0, 0, 0, 0, byte(protoID)}, 0))
+	var me *changelog.MessageError
+	if !errors.As(err, &me) || !errors.Is(err, changelog.ErrUnsupported) {
+		t.Errorf("a protobuf record: %v, want a bad message (ErrUnsupported)", err)
+	}
+
+	// A proxy's 404 page: an outage (asked again until the context ends),
+	// never ErrUnknownSchema.
+	var proxy atomic.Bool
+	proxy.Store(true)
+	reg.Intercept(func(w http.ResponseWriter, _ *http.Request) bool {
+		if !proxy.Load() {
+			return false
+		}
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte("<html><body>404 Not Found</body></html>"))
+		return true
+	})
+	short, cancelShort := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancelShort()
+	if _, err := r.Schema(short, 4242); err == nil || errors.Is(err, changelog.ErrUnknownSchema) {
+		t.Errorf("a proxy's 404: %v, want an outage", err)
+	}
+	if _, err := r.Latest(ctx, "nope-value"); err == nil || errors.Is(err, changelog.ErrUnknownSchema) {
+		t.Errorf("Latest behind a proxy's 404: %v, want an outage", err)
+	}
+	proxy.Store(false)
+	if _, err := r.Schema(ctx, valueID); err != nil {
+		t.Errorf("after the proxy: %v", err)
 	}
 }

@@ -51,6 +51,8 @@ type kafkaFlags struct {
 	schema *iceberg.Schema
 	spec   iceberg.PartitionSpec
 	evolve bool // decoders report schema changes (--evolve-schema)
+	// maxRecord is --max-record-size (0: the decoders' default).
+	maxRecord int
 	// anyTopics: the topics come from --topic-regex too (database mode).
 	anyTopics bool
 }
@@ -247,9 +249,10 @@ func (f *kafkaFlags) decoder(format changelog.Format, schema *iceberg.Schema, db
 			return nil, err
 		}
 		d.SetEvolution(f.evolve)
+		d.SetMaxRecordSize(f.maxRecord)
 		return d, nil
 	}
-	return changelog.NewDecoder(strings.NewReader(""), format, schema, decoderOptions(dbz, f.evolve)...)
+	return changelog.NewDecoder(strings.NewReader(""), format, schema, decoderOptions(dbz, f.evolve, f.maxRecord)...)
 }
 
 // saslPasswordEnv is the environment variable the SASL password is read

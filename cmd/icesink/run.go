@@ -91,6 +91,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return err
 	}
 	fmtv, dbz := inf.parsedFormat, inf.parsedDebeziumOption
+	kf.maxRecord = inf.maxRecordBytes
 	if err := kf.check(inf.input, crf.addr, fmtv); err != nil {
 		return err
 	}
@@ -173,7 +174,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	runCtx := ctx
 	var ksrc *kafka.Source
 	if !kf.enabled() {
-		if src, err = changelog.NewDecoder(in, fmtv, tbl.Schema(), decoderOptions(dbz, inf.evolve)...); err != nil {
+		if src, err = changelog.NewDecoder(in, fmtv, tbl.Schema(), decoderOptions(dbz, inf.evolve, inf.maxRecordBytes)...); err != nil {
 			return fmt.Errorf("table %s: %w", tf.table, err)
 		}
 	}
@@ -447,8 +448,11 @@ func printStats(w io.Writer, res sink.Result, p peaks, limit int64, of string) {
 }
 
 // decoderOptions are the options of a line or JSON message decoder.
-func decoderOptions(dbz changelog.DebeziumOptions, evolve bool) []changelog.Option {
+func decoderOptions(dbz changelog.DebeziumOptions, evolve bool, maxRecord int) []changelog.Option {
 	opts := []changelog.Option{changelog.WithDebezium(dbz)}
+	if maxRecord > 0 {
+		opts = append(opts, changelog.WithMaxRecordSize(maxRecord))
+	}
 	if evolve {
 		opts = append(opts, changelog.WithEvolution())
 	}
@@ -531,5 +535,5 @@ func (in *restartableInput) reopen(ctx context.Context) (sink.Source, error) {
 	}
 	in.file.Close()
 	in.file = f
-	return changelog.NewDecoder(f, in.format, in.schema, decoderOptions(in.dbz, in.kf.evolve)...)
+	return changelog.NewDecoder(f, in.format, in.schema, decoderOptions(in.dbz, in.kf.evolve, in.kf.maxRecord)...)
 }

@@ -29,6 +29,8 @@ type inputFlags struct {
 	dbzDecimal, dbzTime  string
 	evolve               bool
 	inputID              string
+	maxRecord            string
+	maxRecordBytes       int // --max-record-size, parsed
 	parsedFormat         changelog.Format
 	parsedDebeziumOption changelog.DebeziumOptions
 }
@@ -39,6 +41,7 @@ func (f *inputFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dbzDecimal, "debezium-decimal", "string", "debezium-json events without a schema: decimals as the connector's decimal.handling.mode spells them, `MODE` precise (base64) or string (events with a schema say it themselves)")
 	fs.StringVar(&f.dbzTime, "debezium-time-unit", "", "debezium-json events without a schema: the `UNIT` of integer times and timestamps, ms, us or ns (default: integers there are refused)")
 	fs.BoolVar(&f.evolve, "evolve-schema", true, "with debezium-json events that carry a Kafka Connect schema, or debezium-avro: make the table follow the events' schema (add a new column, widen int to long, float to double, a decimal's precision; make a column optional), committed before the rows that need it; other changes stop the run naming the column. false: such events are bad records")
+	fs.StringVar(&f.maxRecord, "max-record-size", "64MiB", "the longest input line or Kafka record value (JSON or Avro, and so the longest string or bytes value) accepted, as a `SIZE`; a longer one is a bad record (dead-lettered with --dead-letter-topic)")
 	fs.StringVar(&f.inputID, "input-id", "", "a `NAME` for the input, recorded with every commit and checked on resume (default: a fingerprint of its first 4 KiB)")
 }
 
@@ -48,6 +51,14 @@ func (f *inputFlags) parse() error {
 	if f.parsedFormat, err = changelog.ParseFormat(f.format); err != nil {
 		return fmt.Errorf("%w: --format: %v", errUsage, err)
 	}
+	n, err := parseSize(f.maxRecord)
+	if err == nil && (n <= 0 || n > 1<<30) {
+		err = fmt.Errorf("%q: want a size from 1 byte to 1GiB", f.maxRecord)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: --max-record-size: %v", errUsage, err)
+	}
+	f.maxRecordBytes = int(n)
 	f.parsedDebeziumOption, err = debeziumOptions(f.dbzDecimal, f.dbzTime)
 	return err
 }
