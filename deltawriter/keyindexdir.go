@@ -21,15 +21,20 @@ import (
 
 // The saved key index: Options.KeyIndexDir holds the index's sorted runs
 // (spill format) and a manifest, keyIndexFile, naming them with what they
-// are consistent with. Version 1 of the manifest is JSON:
+// are consistent with. Version 2 of the manifest is JSON:
 //
-//	format, version        "icesink-keyindex", 1
+//	format, version        "icesink-keyindex", 2
 //	table_uuid, sink_id    whose rows the index holds
 //	snapshot               the table snapshot it is consistent with
 //	spec_id, key_field_ids the partitioning and key it was built with
 //	runs                   run files, oldest first
-//	files, lanes           the file table: file id -> data file path, partition
-//	                       ("" for a file a compaction removed: ids are positions)
+//	files, lanes           the file table: file id -> data file path, and its
+//	                       partition key's bytes in base64 ("" for a file a
+//	                       compaction removed: ids are positions)
+//
+// Version 1 wrote the partition keys as JSON strings, which turned bytes
+// that are not UTF-8 into U+FFFD; a version 1 manifest is not read (the
+// index is rebuilt from the table).
 //
 // New reads it and removes it at once (a crash afterwards leaves no
 // manifest, so the next start rebuilds); SaveKeyIndex writes it again
@@ -37,20 +42,46 @@ import (
 const (
 	keyIndexFile    = "KEYINDEX"
 	keyIndexFormat  = "icesink-keyindex"
-	keyIndexVersion = 1
+	keyIndexVersion = 2
 )
 
+// byteStrings are strings of any bytes, written to JSON in base64: a
+// partition key's bytes are seldom UTF-8.
+type byteStrings []string
+
+// MarshalJSON writes each string as base64.
+func (b byteStrings) MarshalJSON() ([]byte, error) {
+	enc := make([][]byte, len(b))
+	for i, s := range b {
+		enc[i] = []byte(s)
+	}
+	return json.Marshal(enc)
+}
+
+// UnmarshalJSON reads the base64 strings MarshalJSON wrote.
+func (b *byteStrings) UnmarshalJSON(data []byte) error {
+	var dec [][]byte
+	if err := json.Unmarshal(data, &dec); err != nil {
+		return err
+	}
+	*b = make(byteStrings, len(dec))
+	for i, d := range dec {
+		(*b)[i] = string(d)
+	}
+	return nil
+}
+
 type keyIndexManifest struct {
-	Format      string   `json:"format"`
-	Version     int      `json:"version"`
-	TableUUID   string   `json:"table_uuid"`
-	SinkID      string   `json:"sink_id"`
-	Snapshot    int64    `json:"snapshot"`
-	SpecID      int      `json:"spec_id"`
-	KeyFieldIDs []int    `json:"key_field_ids"`
-	Runs        []string `json:"runs"`
-	Files       []string `json:"files"`
-	Lanes       []string `json:"lanes"`
+	Format      string      `json:"format"`
+	Version     int         `json:"version"`
+	TableUUID   string      `json:"table_uuid"`
+	SinkID      string      `json:"sink_id"`
+	Snapshot    int64       `json:"snapshot"`
+	SpecID      int         `json:"spec_id"`
+	KeyFieldIDs []int       `json:"key_field_ids"`
+	Runs        []string    `json:"runs"`
+	Files       []string    `json:"files"`
+	Lanes       byteStrings `json:"lanes"`
 }
 
 // keyFieldIDs returns the field ids of the writer's key columns.
