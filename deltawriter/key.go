@@ -21,6 +21,9 @@ type KeyCodec struct {
 	cols  []int // positions of the key columns in the row
 	types []iceberg.Type
 	names []string
+	// nullable: a null encodes as a 0 byte and a value follows a 1 byte
+	// (an equality-delete file's columns, which need not be the key).
+	nullable bool
 }
 
 // NewKeyCodec returns the codec of schema's identifier fields. It fails if
@@ -30,9 +33,23 @@ func NewKeyCodec(schema *iceberg.Schema) (*KeyCodec, error) {
 	if len(schema.IdentifierFieldIDs) == 0 {
 		return nil, errors.New("schema has no identifier-field-ids: an upsert table needs a key")
 	}
-	kc := &KeyCodec{}
+	return newCodec(schema, schema.IdentifierFieldIDs, false)
+}
+
+// newEqualityCodec returns the codec of the columns an equality-delete file
+// names (its equality_ids): another engine's delete may name part of the
+// key, or other columns, and may delete nulls.
+func newEqualityCodec(schema *iceberg.Schema, ids []int) (*KeyCodec, error) {
+	if len(ids) == 0 {
+		return nil, errors.New("an equality-delete file without equality_ids")
+	}
+	return newCodec(schema, ids, true)
+}
+
+func newCodec(schema *iceberg.Schema, ids []int, nullable bool) (*KeyCodec, error) {
+	kc := &KeyCodec{nullable: nullable}
 	fields := schema.Fields()
-	for _, id := range schema.IdentifierFieldIDs {
+	for _, id := range ids {
 		pos := -1
 		for i, f := range fields {
 			if f.ID == id {
@@ -65,6 +82,13 @@ func (kc *KeyCodec) Columns() []int { return kc.cols }
 // key column is null or holds a value of the wrong Go type.
 func (kc *KeyCodec) Append(dst []byte, row []any) ([]byte, error) {
 	for i, c := range kc.cols {
+		if kc.nullable {
+			if c >= len(row) || row[c] == nil {
+				dst = append(dst, 0)
+				continue
+			}
+			dst = append(dst, 1)
+		}
 		if c >= len(row) || row[c] == nil {
 			return dst, fmt.Errorf("key column %q is null", kc.names[i])
 		}

@@ -121,7 +121,7 @@ func (w *Writer) buildTableIndex(ctx context.Context, tbl *table.Table, ix *dedu
 	if err != nil {
 		return err
 	}
-	r := &rebuilder{w: w, fs: fsys, posDels: map[string]map[string][]int64{}, eqDels: map[string]map[string]struct{}{}}
+	r := &rebuilder{w: w, fs: fsys, posDels: map[string]map[string][]int64{}, eqDels: map[string]eqSet{}}
 	// Each row is looked up (a key live twice is kept twice) in file
 	// order: the runs keep their filters while the rebuild runs.
 	t.ix.SetMaxFilterBytes(-1)
@@ -146,9 +146,9 @@ func (w *Writer) buildTableIndex(ctx context.Context, tbl *table.Table, ix *dedu
 type rebuilder struct {
 	w       *Writer
 	fs      iceio.IO
-	posDels map[string]map[string][]int64  // delete file -> data file -> positions
-	eqDels  map[string]map[string]struct{} // delete file -> canonical keys
-	cached  int64                          // the bytes posDels and eqDels hold (about)
+	posDels map[string]map[string][]int64 // delete file -> data file -> positions
+	eqDels  map[string]eqSet              // delete file -> its keys
+	cached  int64                         // the bytes posDels and eqDels hold (about)
 	rows    int64
 	// follow: the rows are a compaction's, moved from files the index
 	// points at (not duplicates); moved collects the new rows of keys
@@ -161,7 +161,7 @@ func (r *rebuilder) dataFile(ctx context.Context, task table.FileScanTask) error
 	w := r.w
 	path := task.File.FilePath()
 	var deleted []int64
-	var eqSets []map[string]struct{}
+	var eqSets []eqSet
 	for _, df := range task.DeleteFiles {
 		byFile, err := r.readPosDeletes(ctx, df.FilePath())
 		if err != nil {
@@ -182,12 +182,20 @@ func (r *rebuilder) dataFile(ctx context.Context, task table.FileScanTask) error
 		}
 		w.dvs.live[path] = df
 	}
+	cols := w.keys.Columns()
 	for _, df := range task.EqualityDeleteFiles {
-		set, err := r.readEqDeletes(ctx, df.FilePath())
+		set, err := r.readEqDeletes(ctx, df)
 		if err != nil {
 			return err
 		}
 		eqSets = append(eqSets, set)
+		if set.codec != nil {
+			for _, c := range set.codec.Columns() {
+				if !slices.Contains(cols, c) {
+					cols = append(slices.Clip(cols), c)
+				}
+			}
+		}
 	}
 	slices.Sort(deleted)
 	lane := ""
@@ -195,7 +203,8 @@ func (r *rebuilder) dataFile(ctx context.Context, task table.FileScanTask) error
 	var id uint32
 	var pos int64
 	keyBuf := make([]byte, 0, 64)
-	return readKeyRows(ctx, r.fs, path, w.schema, w.keys, func(row []any) error {
+	var eqBuf []byte
+	return readRows(ctx, r.fs, path, w.schema, cols, func(row []any) error {
 		p := pos
 		pos++
 		if len(deleted) > 0 && deleted[0] <= p {
@@ -213,7 +222,14 @@ func (r *rebuilder) dataFile(ctx context.Context, task table.FileScanTask) error
 		}
 		keyBuf = key
 		for _, set := range eqSets {
-			if _, gone := set[string(key)]; gone {
+			k := key
+			if set.codec != nil {
+				if eqBuf, err = set.codec.Append(eqBuf[:0], row); err != nil {
+					return err
+				}
+				k = eqBuf
+			}
+			if _, gone := set.keys[string(k)]; gone {
 				return nil
 			}
 		}
@@ -307,24 +323,46 @@ func (r *rebuilder) keep(size int64) bool {
 	return true
 }
 
-func (r *rebuilder) readEqDeletes(ctx context.Context, path string) (map[string]struct{}, error) {
+// eqSet is one equality-delete file's rows, each encoded by codec, the
+// codec of the file's own equality_ids (nil: they are the table's key, and
+// the keys are canonical keys).
+type eqSet struct {
+	codec *KeyCodec
+	keys  map[string]struct{}
+}
+
+func (r *rebuilder) readEqDeletes(ctx context.Context, df iceberg.DataFile) (eqSet, error) {
+	path := df.FilePath()
 	if s, ok := r.eqDels[path]; ok {
 		return s, nil
 	}
-	s := map[string]struct{}{}
 	w := r.w
+	s := eqSet{keys: map[string]struct{}{}}
+	ids := df.EqualityFieldIDs()
+	if len(ids) > 0 && !sameSet(ids, w.keyFieldIDs()) {
+		// Another engine's delete of other columns (part of the key, say):
+		// matched by its own columns, nulls included.
+		var err error
+		if s.codec, err = newEqualityCodec(w.schema, ids); err != nil {
+			return s, fmt.Errorf("equality-delete file %s: %w", path, err)
+		}
+	}
+	codec := s.codec
+	if codec == nil {
+		codec = w.keys
+	}
 	var size int64
-	err := readKeyRows(ctx, r.fs, path, w.schema, w.keys, func(row []any) error {
-		k, err := w.keys.Append(nil, row)
+	err := readRows(ctx, r.fs, path, w.schema, codec.Columns(), func(row []any) error {
+		k, err := codec.Append(nil, row)
 		if err != nil {
 			return err
 		}
-		s[string(k)] = struct{}{}
+		s.keys[string(k)] = struct{}{}
 		size += int64(len(k)) + 48 // the key and its map entry
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return s, err
 	}
 	if r.keep(size) {
 		r.eqDels[path] = s
@@ -332,11 +370,23 @@ func (r *rebuilder) readEqDeletes(ctx context.Context, path string) (map[string]
 	return s, nil
 }
 
-// readKeyRows calls fn with a row of schema's width holding the key
-// columns of each row of the Parquet file at path, in file order; the
-// other columns are nil. The row is reused between calls.
-func readKeyRows(ctx context.Context, fs iceio.IO, path string, schema *iceberg.Schema, keys *KeyCodec, fn func(row []any) error) error {
-	cols := keys.Columns()
+// sameSet reports whether a and b hold the same field ids.
+func sameSet(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for _, x := range a {
+		if !slices.Contains(b, x) {
+			return false
+		}
+	}
+	return true
+}
+
+// readRows calls fn with a row of schema's width holding the columns at
+// positions cols of each row of the Parquet file at path, in file order;
+// the other columns are nil. The row is reused between calls.
+func readRows(ctx context.Context, fs iceio.IO, path string, schema *iceberg.Schema, cols []int, fn func(row []any) error) error {
 	names := make([]string, len(cols))
 	for i, c := range cols {
 		names[i] = schema.Field(c).Name
