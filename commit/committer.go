@@ -70,6 +70,10 @@ type Committer struct {
 	checked map[int]checkedIndex
 	// runID is this run's claim on the sink (Claim); "" until it claims.
 	runID string
+	// head is the snapshot of this committer's last epoch (0: none yet):
+	// a commit whose branch no longer descends from it was rolled back
+	// under the run (ErrRolledBack).
+	head int64
 	// rowDeltaOnly makes deletion vector replacements go through
 	// iceberg-go's RowDelta too (tests compare the two).
 	rowDeltaOnly bool
@@ -264,6 +268,34 @@ type Result struct {
 	Recorded bool
 	// Retries is how many times the commit was retried on a moved branch.
 	Retries int
+}
+
+// ErrRolledBack is returned by Commit when the table's branch was rolled
+// back past an epoch this committer committed: the epochs it lost must be
+// written again from the input, which the caller restarts (the start
+// resumes from what the table holds). Such an error also matches
+// ErrForeignChange.
+var ErrRolledBack = errors.New("the table was rolled back past an epoch of this run")
+
+// checkHead refuses to commit on a branch that no longer holds the
+// committer's last epoch: the same rule the start applies to the kept
+// position (lastCommitted), for every delete mode.
+func (c *Committer) checkHead() error {
+	if c.head == 0 {
+		return nil
+	}
+	meta := c.tbl.Metadata()
+	if IsAncestor(meta, c.head) {
+		return nil
+	}
+	if meta.SnapshotByID(c.head) == nil {
+		// Expired: the history no longer tells; the start's rule (the
+		// kept position's snapshot) still does.
+		if last, _ := c.Last(); last.RolledBack == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %w: snapshot %d of sink %q's last epoch is no longer on the branch of table %v; the run restarts from what the table holds", ErrForeignChange, ErrRolledBack, c.head, c.sinkID, c.ident)
 }
 
 // ErrFenced is returned by Commit when another run of the same sink
@@ -504,6 +536,9 @@ func (c *Committer) Commit(ctx context.Context, epoch uint64, payloads []Payload
 				return res, err
 			}
 		}
+		if err := c.checkHead(); err != nil {
+			return res, fmt.Errorf("commit: epoch %d: %w", epoch, err)
+		}
 		if last, ok := c.Last(); ok && last.Epoch >= epoch {
 			res.AlreadyCommitted = last.Epoch == epoch
 			res.SnapshotID = last.SnapshotID
@@ -522,6 +557,7 @@ func (c *Committer) Commit(ctx context.Context, epoch uint64, payloads []Payload
 		tbl, err := c.commitOnce(ctx, epoch, payloads, props)
 		if err == nil {
 			res.SnapshotID = tbl.CurrentSnapshot().SnapshotID
+			c.head = res.SnapshotID
 			c.vouch(payloads, vouched, res.SnapshotID)
 			c.adopt(ctx, tbl)
 			return res, nil
@@ -667,8 +703,11 @@ func (c *Committer) commitOnce(ctx context.Context, epoch uint64, payloads []Pay
 	meta := c.tbl.Metadata()
 	summary, kept := c.commitProps(epoch, props)
 
-	if err := oneVectorPerFile(payloads); err != nil {
-		return nil, err
+	if meta.Version() >= 3 {
+		var err error
+		if payloads, err = c.mergeVectors(ctx, payloads); err != nil {
+			return nil, err
+		}
 	}
 	if meta.Version() >= 3 && !c.rowDeltaOnly && replacesVectors(payloads) {
 		cat, wfs, ok, err := c.direct(ctx)
@@ -714,33 +753,6 @@ func (c *Committer) commitOnce(ctx context.Context, epoch uint64, payloads []Pay
 		return nil, fmt.Errorf("recording the sink's epoch in the table properties: %w", err)
 	}
 	return tx.Commit(ctx)
-}
-
-// ErrVectorsOfOneFile is returned for an epoch in which several writers
-// wrote a deletion vector for one data file: a format v3 table written by
-// writers grouped otherwise (another --writers or --vnodes layout), whose
-// older data files hold keys of several of today's writers. Each writer
-// merges only the vector it knows, so the epoch cannot keep the v3 rule
-// of one vector per data file.
-var ErrVectorsOfOneFile = errors.New("several writers wrote deletion vectors for one data file")
-
-// oneVectorPerFile refuses payloads that hold two deletion vectors (or two
-// replacements) for one data file.
-func oneVectorPerFile(payloads []Payload) error {
-	seen := map[string]int{}
-	for i := range payloads {
-		for _, f := range payloads[i].Files {
-			if f.Kind != DeletionVector {
-				continue
-			}
-			ref := f.Ref
-			if w, dup := seen[ref]; dup && w != payloads[i].Writer {
-				return fmt.Errorf("%w (%s, writers %d and %d): the table was written with another writer layout; write a format v3 table with the same --writers/--vnodes as before, or use --delete-mode equality", ErrVectorsOfOneFile, ref, w, payloads[i].Writer)
-			}
-			seen[ref] = payloads[i].Writer
-		}
-	}
-	return nil
 }
 
 // eachFile calls fn with every file of the payloads and its manifest

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/apache/iceberg-go"
@@ -430,7 +431,26 @@ func readManifestHead(path string) (keyIndexManifest, error) {
 	return m, nil
 }
 
-// RemoveStaleKeyIndexes removes the folders under base (siblings of the
+// KeyIndexFolderPrefix begins the name of a writer's key index folder
+// under a base (w-DIGEST); the sweep judges only such folders.
+const KeyIndexFolderPrefix = "w-"
+
+// IsKeyIndexFolder reports whether name is a writer's key index folder
+// name: the prefix and a hex digest.
+func IsKeyIndexFolder(name string) bool {
+	digest, ok := strings.CutPrefix(name, KeyIndexFolderPrefix)
+	if !ok || digest == "" {
+		return false
+	}
+	for _, c := range digest {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+// RemoveStaleKeyIndexes removes the writers' folders (w-DIGEST) under base (siblings of the
 // Options.KeyIndexDir folders a sink names there) that no writer could
 // reuse any more: no live holder (their lock can be taken) and no saved
 // manifest, or a manifest of sink sinkID on tbl that the table has moved
@@ -448,7 +468,9 @@ func RemoveStaleKeyIndexes(base string, tbl *table.Table, sinkID string) (int, e
 	meta := tbl.Metadata()
 	n := 0
 	for _, e := range names {
-		if !e.IsDir() {
+		if !e.IsDir() || !IsKeyIndexFolder(e.Name()) {
+			// Not a writer's folder (a database run's per-table folder,
+			// t-NS.NAME, holds its writers' own): not ours to judge.
 			continue
 		}
 		dir := filepath.Join(base, e.Name())

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -451,14 +452,16 @@ func TestForeignChangeRacingCommit(t *testing.T) {
 	}
 }
 
-// A format v3 table written by two writers, then continued by three (the
-// vnodes regrouped, so an older data file holds keys of several new
-// writers): an epoch in which two writers write a deletion vector for one
-// data file is refused at once with the reason (each writer merges only the
-// vector it knows; before, iceberg-go failed four attempts with "removed
-// delete files must be unique"), and nothing of it is committed: the
-// table holds the first run's state.
-func TestDeletionVectorsRescaleRefused(t *testing.T) {
+// TestDeletionVectorsOfSeveralWriters: a format v3 table whose data files
+// hold rows of several writers, after the sink's own compaction (two
+// writers, maintenance on) and after the vnodes are regrouped (the run
+// continued by three writers): an epoch in which several writers delete
+// rows of one data file commits one vector per data file, merging every
+// writer's vector with the file's live one, and the table equals the
+// model. Before, such an epoch was refused ("several writers wrote
+// deletion vectors for one data file", issue 46 item 1), and the default
+// command stopped at the first commit after a compaction.
+func TestDeletionVectorsOfSeveralWriters(t *testing.T) {
 	ctx := context.Background()
 	wh, err := warehouse.Open(ctx, t.TempDir(), warehouse.Options{})
 	if err != nil {
@@ -476,23 +479,35 @@ func TestDeletionVectorsRescaleRefused(t *testing.T) {
 		cut += bytes.IndexByte(input[cut:], '\n') + 1
 	}
 	first := input[:cut]
-	cfg := sink.Config{SinkID: "dv", Writers: 2, CheckpointRows: 250, StateDir: t.TempDir(), Writer: deltawriter.Options{SpillDir: t.TempDir()}}
-	if res := runAndCheck(t, wh, cfg, first); res.Stats.EqualityDeletes != 0 {
+	cfg := sink.Config{SinkID: "dv", Writers: 2, CheckpointRows: 150, StateDir: t.TempDir(), Writer: deltawriter.Options{SpillDir: t.TempDir()},
+		Compaction: &commit.Compaction{MinInputFiles: 2}, CompactEvery: 3}
+	res := runAndCheck(t, wh, cfg, first)
+	if res.Stats.EqualityDeletes != 0 || res.Compactions == 0 {
+		t.Fatalf("%d equality-delete rows, %d compactions (want 0 and some)", res.Stats.EqualityDeletes, res.Compactions)
+	}
+	cfg = sink.Config{SinkID: "dv", Writers: 3, CheckpointRows: 150, StateDir: t.TempDir(), Writer: deltawriter.Options{SpillDir: t.TempDir()}}
+	if res := runAndCheck(t, wh, cfg, input); res.Stats.EqualityDeletes != 0 {
 		t.Fatalf("%d equality-delete rows", res.Stats.EqualityDeletes)
 	}
-	cfg = sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "dv", Writers: 3, CheckpointRows: 250, StateDir: t.TempDir(), Writer: deltawriter.Options{SpillDir: t.TempDir()}}
-	dec, err := changelog.NewDecoder(bytes.NewReader(input), changelog.ChangelogJSON, fuzzSchema)
+	checkOneVectorPerFile(t, ctx, wh, ident)
+}
+
+// checkOneVectorPerFile fails when a data file of the table has more than
+// one live deletion vector.
+func checkOneVectorPerFile(t *testing.T, ctx context.Context, wh *warehouse.Warehouse, ident table.Identifier) {
+	t.Helper()
+	tbl, err := wh.Catalog.LoadTable(ctx, ident)
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := sink.Run(ctx, cfg, dec)
-	if !errors.Is(err, commit.ErrVectorsOfOneFile) {
-		t.Fatalf("got %v, want ErrVectorsOfOneFile", err)
+	tasks, err := tbl.Scan().PlanFiles(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Epochs before the refused one may have committed; the table holds
-	// exactly the input up to the last committed line.
-	if got, want := liveRowsOf(t, ctx, wh, ident), modelUpTo(t, input, changelog.ChangelogJSON, res.Committed.Line); !reflect.DeepEqual(got, want) {
-		t.Fatalf("after the refusal the table has %d live rows, the model up to line %d %d", len(got), res.Committed.Line, len(want))
+	for _, task := range tasks {
+		if len(task.DeletionVectorFiles) > 1 {
+			t.Errorf("data file %s has %d live deletion vectors", task.File.FilePath(), len(task.DeletionVectorFiles))
+		}
 	}
 }
 
@@ -529,13 +544,34 @@ func TestKeyIndexesKeptBetweenRuns(t *testing.T) {
 		t.Fatalf("second run: %d indexes reused, %d rows rebuilt, %d old rows deleted; want 3, 0, some",
 			res.Stats.IndexesReused, res.Stats.IndexRebuildRows, res.Stats.OldRowsDeleted)
 	}
+	// A database run's folder of a table beside them (its writer's index
+	// mid-run: a run file, no manifest yet): not this sink's to judge
+	// (issue 46 item 4: the sweep took t-TABLE for a writer's folder,
+	// found no manifest and removed a live run's files).
+	dbRun := filepath.Join(spillDir, "icesink-keyindex", "t-db.other", "w-0123456789abcdef01234567")
+	if err := os.MkdirAll(dbRun, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dbRun, "run-000000.spill"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	res = run(full, 2)
 	if res.Stats.IndexesReused != 0 || res.Stats.IndexRebuildRows == 0 {
 		t.Fatalf("another layout: %d indexes reused, %d rows rebuilt", res.Stats.IndexesReused, res.Stats.IndexRebuildRows)
 	}
-	// The three-writer layout's folders were stale and removed.
-	if ents, err := os.ReadDir(filepath.Join(spillDir, "icesink-keyindex")); err != nil || len(ents) != 2 {
-		t.Fatalf("key index folders after the rescale: %d (%v), want 2", len(ents), err)
+	// The three-writer layout's folders were stale and removed; the
+	// database run's were left alone.
+	ents, err := os.ReadDir(filepath.Join(spillDir, "icesink-keyindex"))
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name()[:2])
+	}
+	slices.Sort(names)
+	if err != nil || !slices.Equal(names, []string{"t-", "w-", "w-"}) {
+		t.Fatalf("key index folders after the rescale: %v (%v), want the database run's and two writers'", names, err)
+	}
+	if _, err := os.Stat(filepath.Join(dbRun, "run-000000.spill")); err != nil {
+		t.Fatalf("the database run's key index: %v", err)
 	}
 }
 

@@ -228,7 +228,7 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 	}
 	t0 := time.Now()
 	res, err := e.cm.Commit(ctx, epoch, ps, props)
-	if errors.Is(err, commit.ErrForeignChange) || errors.Is(err, commit.ErrForeignPayload) || errors.Is(err, commit.ErrVectorsOfOneFile) || errors.Is(err, commit.ErrFenced) {
+	if errors.Is(err, commit.ErrForeignChange) || errors.Is(err, commit.ErrForeignPayload) || errors.Is(err, commit.ErrFenced) {
 		return fmt.Errorf("%w: %w", coordinator.ErrPermanent, err) // another attempt sees the same table
 	}
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"os"
 	"reflect"
 	"strconv"
 	"sync"
@@ -363,5 +364,117 @@ func TestForeignChangesFollowed(t *testing.T) {
 	}
 	if st := o.res.Stats; st.EqualityDeletes != 0 || st.IndexForeignRebuilds < 2*3 {
 		t.Fatalf("%d equality-delete rows, %d key index rebuilds after foreign changes; want 0 and one per writer and change (6)", st.EqualityDeletes, st.IndexForeignRebuilds)
+	}
+}
+
+// rollbackSource passes its source's records on, and at line at (a
+// barrier) waits until the table holds epochs of the sink, then rolls the
+// branch back to the sink's first one.
+type rollbackSource struct {
+	sink.Source
+	t     *testing.T
+	wh    *warehouse.Warehouse
+	ident table.Identifier
+	at    int64
+	done  bool
+}
+
+func (s *rollbackSource) Next() (changelog.Record, error) {
+	rec, err := s.Source.Next()
+	if err != nil || s.done || rec.Line < s.at || !rec.Barrier {
+		return rec, err
+	}
+	s.done = true
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		tbl, err := s.wh.Catalog.LoadTable(ctx, s.ident)
+		if err != nil {
+			return rec, err
+		}
+		var snaps []table.Snapshot
+		if cur := tbl.CurrentSnapshot(); cur != nil {
+			for _, sn := range table.AncestorsOf(cur.SnapshotID, tbl.Metadata().SnapshotByID) {
+				if sn.Summary != nil && sn.Summary.Properties[commit.PropEpoch] != "" {
+					snaps = append(snaps, sn)
+				}
+			}
+		}
+		if len(snaps) >= 3 {
+			tx := tbl.NewTransaction()
+			if err := tx.RollbackToSnapshot(snaps[len(snaps)-1].SnapshotID); err != nil {
+				return rec, err
+			}
+			_, err := tx.Commit(ctx)
+			return rec, err
+		}
+		if time.Now().After(deadline) {
+			s.t.Errorf("the sink committed %d epochs in 30 s, want 3 before the rollback", len(snaps))
+			return rec, errors.New("no epochs to roll back")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRollbackDuringRun: the branch is rolled back while a run goes on, in
+// either delete mode; the run's next commit notices (ErrRolledBack, which
+// the command answers by restarting from its input), nothing is committed
+// on top of the rolled-back branch, and the rerun writes the lost epochs
+// again: the table equals the model. Before, an equality-mode run
+// committed its next epochs on the rolled-back branch and the lost input
+// was skipped for good (issue 46 item 2).
+func TestRollbackDuringRun(t *testing.T) {
+	for _, mode := range []deltawriter.DeleteMode{deltawriter.DeleteByPosition, deltawriter.DeleteByEquality} {
+		t.Run(mode.String(), func(t *testing.T) {
+			wh, ident := newWarehouse(t)
+			input := genInput(t, 13, 3000, 400)
+			cfg := sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "rb", Writers: 2, CheckpointRows: 150,
+				StateDir: t.TempDir(), Writer: deltawriter.Options{SpillDir: t.TempDir(), DeleteMode: mode}}
+			dec, err := changelog.NewDecoder(bytes.NewReader(input), changelog.ChangelogJSON, fuzzSchema)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = sink.Run(context.Background(), cfg, &rollbackSource{Source: dec, t: t, wh: wh, ident: ident, at: 1200})
+			// (In position mode the writers' Follow may see it first: its
+			// base is off the branch.)
+			if !errors.Is(err, commit.ErrForeignChange) || (mode == deltawriter.DeleteByEquality && !errors.Is(err, commit.ErrRolledBack)) {
+				t.Fatalf("the run after the rollback: %v, want ErrRolledBack (ErrForeignChange)", err)
+			}
+			res := runInput(t, cfg, input)
+			if res.Start.RolledBack == 0 {
+				t.Errorf("the rerun did not see the rollback")
+			}
+			checkModel(t, wh, ident, input)
+		})
+	}
+}
+
+// TestFailedStartReportsTable: a run that fails at its start (here: a key
+// index folder other users may write) reports what the table holds of the
+// sink, not "line 0, epoch 0" (issue 46 item 21).
+func TestFailedStartReportsTable(t *testing.T) {
+	wh, ident := newWarehouse(t)
+	input := genInput(t, 3, 600, 100)
+	cfg := sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "fs", CheckpointRows: 100, StateDir: t.TempDir(), Writer: deltawriter.Options{SpillDir: t.TempDir()}}
+	first := runInput(t, cfg, input)
+	if first.Committed.Epoch == 0 {
+		t.Fatal("the first run committed nothing")
+	}
+	open := t.TempDir()
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	cfg.KeyIndexDir = open
+	dec, err := changelog.NewDecoder(bytes.NewReader(input), changelog.ChangelogJSON, fuzzSchema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := sink.Run(context.Background(), cfg, dec)
+	if err == nil {
+		t.Fatal("a run with a key index folder of mode 0777 started")
+	}
+	if !res.CommittedKnown || res.Committed.Epoch != first.Committed.Epoch || res.Committed.Line != first.Committed.Line {
+		t.Fatalf("the failed run reports epoch %d, line %d (known %v); the table holds epoch %d, line %d",
+			res.Committed.Epoch, res.Committed.Line, res.CommittedKnown, first.Committed.Epoch, first.Committed.Line)
 	}
 }

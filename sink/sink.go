@@ -304,7 +304,10 @@ type Position struct {
 type Result struct {
 	Start     Position // where the run started
 	Committed Position // what the table holds for the sink when the run ended
-	Progress           // the final counters
+	// CommittedKnown reports that Committed was read from the table: a
+	// run that failed before it could read the table leaves it false.
+	CommittedKnown bool
+	Progress       // the final counters
 	// Stats sums the writers' counters (peaks are the largest writer's).
 	Stats deltawriter.Stats
 	// Writers holds each writer's own counters, by writer index.
@@ -371,6 +374,10 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	if err != nil {
 		return res, err
 	}
+	// What the table holds, for a run that fails before it resumes.
+	if pos, err := positionOf(cm); err == nil {
+		res.Committed, res.CommittedKnown = pos, true
+	}
 	connect := cfg.Connect
 	var bitmaps []*roaring.Bitmap
 	var ec *epochCommitter
@@ -417,9 +424,6 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 	route := make([]int, cfg.Vnodes)
 	psrc, byPartition := src.(partitionedSource)
 	byPartition = byPartition && psrc.RoutesByPartition()
-	if byPartition && cm.Table().Metadata().Version() >= 3 && cfg.Writer.DeleteMode == deltawriter.DeleteByPosition {
-		return res, fmt.Errorf("table %v is format v3: processes sharing a topic's partitions may delete rows of one data file in one epoch, and their deletion vectors cannot be merged yet; use a v2 table or --delete-mode equality", cfg.Ident)
-	}
 	if base := keyIndexBase(cfg); base != "" && cfg.Writer.DeleteMode == deltawriter.DeleteByPosition {
 		if err := localdir.Private(base); err != nil {
 			return res, fmt.Errorf("the key index folder: %w", err)
@@ -491,7 +495,7 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 		// Epochs the coordinator committed with no file leave no snapshot.
 		start.Epoch = resume
 	}
-	res.Start, res.Committed = start, start
+	res.Start, res.Committed, res.CommittedKnown = start, start, true
 	res.Line, res.Epoch = start.Line, start.Epoch
 	if m := writers[0].metrics; m != nil {
 		m.ended.Store(start.Epoch)

@@ -283,7 +283,7 @@ func keyIndexDir(cfg Config, tbl *table.Table, vnodes *roaring.Bitmap) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\x00%s\x00%d\x00", cfg.SinkID, tbl.Metadata().TableUUID(), cfg.Vnodes)
 	vnodes.WriteTo(h)
-	return filepath.Join(base, fmt.Sprintf("w-%x", h.Sum(nil)[:12]))
+	return filepath.Join(base, fmt.Sprintf("%s%x", deltawriter.KeyIndexFolderPrefix, h.Sum(nil)[:12]))
 }
 
 // KeyIndexBase returns the folder the writers keep their key index folders

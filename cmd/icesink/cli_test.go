@@ -288,7 +288,7 @@ func TestBadInputCommitsNothingPartial(t *testing.T) {
 			if n <= 0 || n >= 2501 {
 				t.Fatalf("committed line %d, want a checkpoint before the bad line", n)
 			}
-			if !strings.Contains(stderr, fmt.Sprintf("input up to line %d", n)) {
+			if !strings.Contains(stderr, fmt.Sprintf("up to input line %d,", n)) {
 				t.Errorf("stderr does not report the committed position %d: %s", n, stderr)
 			}
 			got, _, _ := icesink(t, "scan", "--warehouse", wh, "--table", "db.t")

@@ -37,7 +37,7 @@ const (
 var mpOwners = []string{"0-63", "64-127"}
 
 // abortedRE finds the committed input line in a failed run's report.
-var abortedRE = regexp.MustCompile(`input up to line (\d+), epoch \d+, is committed`)
+var abortedRE = regexp.MustCompile(`holds sink "[^"]*" up to input line (\d+), epoch \d+;`)
 
 // TestMultiProcessCoordinator: the table equals the model's final state,
 // and every commit epoch is one snapshot holding both writers' windows.

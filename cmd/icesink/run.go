@@ -216,6 +216,21 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	return reportRun(stdout, stderr, res, err, runReport{table: strings.Join(ident, "."), sinkID: cfg.SinkID, kafka: kf.enabled(), quiet: rpf.quiet, stats: rpf.stats, peak: peak, limit: wf.limit})
 }
 
+// committedNote says, after a failed run, what the table holds of the sink
+// and what the run did.
+func committedNote(res sink.Result, r runReport) string {
+	ran := fmt.Sprintf("%d commits by this run; the uncommitted window was discarded", res.Commits)
+	switch {
+	case !res.CommittedKnown:
+		return fmt.Sprintf("what table %s holds of sink %q could not be read; %s", r.table, r.sinkID, ran)
+	case res.Committed.Epoch == 0:
+		return fmt.Sprintf("table %s holds no epoch of sink %q; %s", r.table, r.sinkID, ran)
+	case r.kafka:
+		return fmt.Sprintf("table %s holds sink %q up to epoch %d, offsets %s; %s", r.table, r.sinkID, res.Committed.Epoch, formatOffsets(res.Committed.Offsets), ran)
+	}
+	return fmt.Sprintf("table %s holds sink %q up to input line %d, epoch %d; %s", r.table, r.sinkID, res.Committed.Line, res.Committed.Epoch, ran)
+}
+
 // runReport is what reportRun says a run did.
 type runReport struct {
 	table, sinkID string
@@ -239,8 +254,7 @@ func reportRun(stdout, stderr io.Writer, res sink.Result, err error, r runReport
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("%w\n(input up to line %d, epoch %d, is committed; %d commits by this run; the uncommitted window was discarded)",
-			err, res.Committed.Line, res.Committed.Epoch, res.Commits)
+		return fmt.Errorf("%w\n(%s)", err, committedNote(res, r))
 	}
 	if !r.quiet {
 		fmt.Fprintf(stdout, "committed %d snapshots: %d changes from %d input lines in %s (%.0f changes/s)\n",

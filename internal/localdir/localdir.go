@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 )
 
@@ -18,8 +19,10 @@ var ErrNotPrivate = errors.New("folder is not private to this user")
 
 // Private creates dir (mode 0700, with its parents) when it is missing, and
 // checks that it is a folder (not a symbolic link) owned by this process's
-// user that no one else may write to; otherwise it fails with
-// ErrNotPrivate naming the folder and why.
+// user that no other user may write to, but through one of this process's
+// own groups; otherwise it fails with ErrNotPrivate naming the folder and
+// why. (Kubernetes' fsGroup makes a volume's folders group-writable, owned
+// by the pod's group, at every mount: the pod's own processes only.)
 func Private(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("creating %s: %w", dir, err)
@@ -31,13 +34,31 @@ func Private(dir string) error {
 	if !fi.IsDir() {
 		return fmt.Errorf("%w: %s is not a folder (%s)", ErrNotPrivate, dir, fi.Mode().Type())
 	}
-	if uid, ok := owner(fi); ok && uid != os.Getuid() {
+	uid, gid, ok := owner(fi)
+	if ok && uid != os.Getuid() {
 		return fmt.Errorf("%w: %s is owned by uid %d, this process runs as uid %d; remove it or choose another folder", ErrNotPrivate, dir, uid, os.Getuid())
 	}
-	if perm := fi.Mode().Perm(); perm&0o022 != 0 && ownerChecked {
-		return fmt.Errorf("%w: %s has mode %v, writable by other users; chmod go-w it or choose another folder", ErrNotPrivate, dir, perm)
+	if !ownerChecked {
+		return nil
+	}
+	perm := fi.Mode().Perm()
+	if perm&0o002 != 0 {
+		return fmt.Errorf("%w: %s has mode %v, writable by every user; chmod o-w it or choose another folder", ErrNotPrivate, dir, perm)
+	}
+	if perm&0o020 != 0 && !(ok && ownGroup(gid)) {
+		return fmt.Errorf("%w: %s has mode %v, writable by group %d, which is not one of this process's groups; chmod g-w it or choose another folder", ErrNotPrivate, dir, perm, gid)
 	}
 	return nil
+}
+
+// ownGroup reports whether gid is this process's group or one of its
+// supplementary groups.
+func ownGroup(gid int) bool {
+	if gid == os.Getgid() {
+		return true
+	}
+	groups, err := os.Getgroups()
+	return err == nil && slices.Contains(groups, gid)
 }
 
 // DefaultKeyIndexBase is the folder under which the writers keep their key

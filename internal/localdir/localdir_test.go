@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -42,6 +43,29 @@ func TestPrivate(t *testing.T) {
 		t.Fatalf("a folder of mode 0777: %v, want ErrNotPrivate", err)
 	}
 
+	// What the kubelet does with fsGroup at every mount: the folder (and
+	// all in it) group-writable, setgid, owned by the pod's group, which
+	// is one of the process's groups (issue 46 item 17: the example
+	// crash-looped after a reschedule).
+	pod := filepath.Join(base, "pod")
+	if err := os.MkdirAll(filepath.Join(pod, "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{pod, filepath.Join(pod, "sub")} {
+		if err := os.Chown(d, -1, os.Getgid()); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o770|os.ModeSetgid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Private(pod); err != nil {
+		t.Fatalf("a folder writable by the process's own group (fsGroup): %v", err)
+	}
+	if err := Private(filepath.Join(pod, "sub")); err != nil {
+		t.Fatalf("its subfolder: %v", err)
+	}
+
 	link := filepath.Join(base, "link")
 	if err := os.Symlink(dir, link); err != nil {
 		t.Fatal(err)
@@ -63,5 +87,19 @@ func TestPrivate(t *testing.T) {
 	}
 	if err := Private(theirs); !errors.Is(err, ErrNotPrivate) {
 		t.Fatalf("another user's folder: %v, want ErrNotPrivate", err)
+	}
+	// Group-writable by a group the process is not in: refused.
+	other := filepath.Join(base, "other-group")
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(other, -1, 12345); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(other, 0o770); err != nil {
+		t.Fatal(err)
+	}
+	if err := Private(other); !errors.Is(err, ErrNotPrivate) || !strings.Contains(err.Error(), "group 12345") {
+		t.Fatalf("a folder writable by another group: %v, want ErrNotPrivate naming the group", err)
 	}
 }

@@ -8,4 +8,4 @@ import "io/fs"
 const ownerChecked = false
 
 // owner is unknown on this system.
-func owner(fs.FileInfo) (int, bool) { return 0, false }
+func owner(fs.FileInfo) (uid, gid int, ok bool) { return 0, 0, false }
