@@ -54,9 +54,16 @@ type dbTable struct {
 	claimed  bool              // the database claimed the table (writers of other processes)
 	job      map[string]string // what its remote writers agree on
 	sessions int               // open sessions of its writers
-	// broken holds the epochs whose commit failed for good, until the
-	// table's writers hear of it.
-	broken map[uint64]error
+	// broken holds the epochs whose commit failed for good, until every
+	// writer of the table heard of it.
+	broken map[uint64]*brokenEpoch
+}
+
+// brokenEpoch is why a table's commit of an epoch failed for good, and
+// how many of its writers' sessions have yet to hear it.
+type brokenEpoch struct {
+	err  error
+	left int
 }
 
 // databaseCommitters is how many tables of an epoch commit at once.
@@ -250,18 +257,25 @@ func (d *Database) commitTable(ctx context.Context, epoch uint64, name string, p
 	}
 	// The other tables' commits stand; this table's window is dropped
 	// (its offsets did not move) and its writers hear why.
-	d.mu.Lock()
-	if t.broken == nil {
-		t.broken = map[uint64]error{}
-	}
-	t.broken[epoch] = err
-	d.mu.Unlock()
+	d.markBroken(t, epoch, err)
 	d.logger().Error("a table's commit failed for good; the other tables' commits of the epoch stand, and the table's window is read again", "table", name, "epoch", epoch, "err", err)
 	return nil
 }
 
+// markBroken records that t's commit of epoch failed for good with err,
+// for each of its writers' sessions open now to hear.
+func (d *Database) markBroken(t *dbTable, epoch uint64, err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if t.broken == nil {
+		t.broken = map[uint64]*brokenEpoch{}
+	}
+	t.broken[epoch] = &brokenEpoch{err: err, left: max(t.sessions, 1)}
+}
+
 // brokenAt returns why table name's commit of epoch failed for good, if it
-// did.
+// did: every writer's session that asks hears it (each writer of the table
+// commits every commit epoch), not only the first.
 func (d *Database) brokenAt(name string, epoch uint64) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -269,9 +283,14 @@ func (d *Database) brokenAt(name string, epoch uint64) error {
 	if t == nil {
 		return nil
 	}
-	err := t.broken[epoch]
-	delete(t.broken, epoch)
-	return err
+	b := t.broken[epoch]
+	if b == nil {
+		return nil
+	}
+	if b.left--; b.left <= 0 {
+		delete(t.broken, epoch)
+	}
+	return b.err
 }
 
 // join attaches the sink of cfg.Ident, committing through cm, to the

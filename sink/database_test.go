@@ -371,3 +371,50 @@ func TestDatabaseFinalWindowPreparedEarly(t *testing.T) {
 		checkModel(t, wh, table.Identifier{"db", name}, inputs[name])
 	}
 }
+
+// TestDatabaseCommitRefusedEveryWriterHears: as above with two writers on
+// the refused table, each keeping its key index between runs: every
+// writer of the table hears that the epoch failed, none takes its window
+// as committed (its key index, saved after each commit, would point at
+// files the table never got), and the rerun ends with the input's final
+// state plus the foreign rows. Before, only the first writer to ask heard
+// it (issue 46 item 11).
+func TestDatabaseCommitRefusedEveryWriterHears(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	wh, _ := newWarehouse(t)
+	d := startDatabase(t, ctx, wh, t.TempDir(), 1)
+	defer d.Close()
+	input := genInputKeys(t, 2, 3000, 300, 1000)
+	foreign := [][]any{{int64(90000), "f", int32(1), int64(100)}}
+	keyDir := t.TempDir()
+	var once sync.Once
+	tune := func(fail bool) func(string, *sink.Config) {
+		return func(_ string, cfg *sink.Config) {
+			cfg.Writers, cfg.KeyIndexDir = 2, keyDir
+			cfg.Writer.MemoryLimit = 1 << 20
+			if fail {
+				cfg.Writer.Failpoint = func(point string) {
+					if point == "keyindex-resolve" {
+						once.Do(func() { foreignAppend(t, ctx, wh, table.Identifier{"db", "b"}, foreign) })
+					}
+				}
+			}
+		}
+	}
+	errs := runDatabaseTablesWith(t, ctx, wh, d, map[string][]byte{"b": input}, tune(true))
+	if err := errs["b"]; err == nil || !strings.Contains(err.Error(), "changed by another writer") {
+		t.Fatalf("table b's run ended with %v, want its commit refused for the foreign change", err)
+	}
+	if errs := runDatabaseTablesWith(t, ctx, wh, d, map[string][]byte{"b": input}, tune(false)); errs["b"] != nil {
+		t.Fatalf("table b's rerun: %v", errs["b"])
+	}
+	want := modelUpTo(t, input, changelog.ChangelogJSON, 1<<62)
+	kc, _ := deltawriter.NewKeyCodec(fuzzSchema)
+	row := []any{int64(90000), "f", int32(1), decimalOf(100)}
+	k, _ := kc.Append(nil, row)
+	want[string(k)] = row
+	if got := liveRowsOf(t, ctx, wh, table.Identifier{"db", "b"}); !reflect.DeepEqual(got, want) {
+		t.Fatalf("table b has %d live rows, want %d (its input's final state and the foreign row)", len(got), len(want))
+	}
+}
