@@ -311,10 +311,10 @@ const PropClaim = "icesink.claim"
 // current manifests, summary icesink.claim = the sink) together with
 // runID in the table properties: every commit asserts the branch's
 // snapshot, so a run whose table predates the claim fails its commit,
-// reloads, finds another run named and stops (ErrFenced). Format v2
-// tables; on v1 and v3 tables (whose manifest lists carry row lineage)
-// only the property is set, and a claim that lands between another run's
-// check and its commit is missed.
+// reloads, finds another run named and stops (ErrFenced). Every format
+// version (a v3 claim's manifest list keeps the row lineage); only where
+// the committer cannot write its own snapshot (a loader that is not the
+// table's catalog) is the property set alone.
 func (c *Committer) Claim(ctx context.Context, runID string) error {
 	if err := c.retrying(ctx, func() error { return c.claimOnce(ctx, runID) }); err != nil {
 		return fmt.Errorf("commit: claiming table %v for run %s of sink %q: %w", c.ident, runID, c.sinkID, err)
@@ -353,7 +353,7 @@ func (c *Committer) claimOnce(ctx context.Context, runID string) error {
 	if err != nil {
 		return err
 	}
-	if !ok || c.tbl.Metadata().Version() != 2 {
+	if !ok {
 		tx := c.tbl.NewTransaction()
 		if err := tx.SetProperties(set); err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -335,5 +336,67 @@ func TestClaimFencesOlderRun(t *testing.T) {
 				t.Fatalf("a claim snapshot is %s, want metadata only", k)
 			}
 		}
+	}
+}
+
+// TestClaimFencesEveryFormatVersion: the claim is a snapshot on format v1
+// and v3 tables too, so the older run's next commit, from the table it
+// holds (which predates the claim), fails its assertion, reloads and is
+// refused with ErrFenced. Before, on v1 and v3 the claim was a property
+// only and the older run's commit landed after it (issue 46 item 3).
+func TestClaimFencesEveryFormatVersion(t *testing.T) {
+	ctx := context.Background()
+	for _, version := range []int{1, 2, 3} {
+		t.Run(fmt.Sprint("v", version), func(t *testing.T) {
+			wh, tbl := newTableWith(t, iceberg.Properties{"format-version": strconv.Itoa(version)})
+			pay := func(epoch uint64) commit.Payload {
+				p := payload(t, tbl, "s", epoch)
+				df := dataFile(t, p.Files[0].Path)
+				ent, err := commit.EncodeEntry(df, *iceberg.UnpartitionedSpec, testSchema(), version)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p.FormatVersion, p.Files[0].Entry = version, ent
+				return p
+			}
+			a, err := commit.NewCommitter(ctx, wh.Catalog, testIdent, "s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Claim(ctx, "run-a"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Commit(ctx, 1, []commit.Payload{pay(1)}, nil); err != nil {
+				t.Fatal(err)
+			}
+			b, err := commit.NewCommitter(ctx, wh.Catalog, testIdent, "s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Claim(ctx, "run-b"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Commit(ctx, 2, []commit.Payload{pay(2)}, nil); !errors.Is(err, commit.ErrFenced) {
+				t.Fatalf("the older run's commit after a newer run's claim: %v, want ErrFenced", err)
+			}
+			if _, err := b.Commit(ctx, 2, []commit.Payload{pay(2)}, nil); err != nil {
+				t.Fatalf("the newer run's commit: %v", err)
+			}
+			if got := dataFiles(t, b.Table()); len(got) != 2 {
+				t.Fatalf("data files %v, want epoch 1's and the newer run's epoch 2", got)
+			}
+			for _, s := range b.Table().Metadata().Snapshots() {
+				if s.Summary != nil && s.Summary.Properties[commit.PropClaim] != "" {
+					if k := commit.Classify(&s, "s"); k != commit.MetadataOnly {
+						t.Fatalf("a claim snapshot is %s, want metadata only", k)
+					}
+				}
+			}
+			// The table reads back through iceberg-go's scanner (v3: the
+			// claim's manifest list keeps the row lineage).
+			if _, err := b.Table().Scan().PlanFiles(ctx); err != nil {
+				t.Fatalf("planning a scan after the claims: %v", err)
+			}
+		})
 	}
 }

@@ -142,7 +142,26 @@ func (c *Committer) commitMetadataSnapshot(ctx context.Context, cat tableCommitt
 			}
 		}
 	}
-	err = iceberg.WriteManifestList(meta.Version(), out, snapID, parent, &seq, 0, mans)
+	// Format v3: the list assigns row ids to manifests that have none
+	// (there are none among a v3 table's own), and the snapshot says
+	// which ids it took.
+	var firstRowID, addedRows int64
+	if meta.Version() >= 3 {
+		firstRowID = meta.NextRowID()
+		var lw *iceberg.ManifestListWriter
+		lw, err = iceberg.NewManifestListWriterV3(out, snapID, seq, firstRowID, parent)
+		if err == nil {
+			err = lw.AddManifests(mans)
+			if cerr := lw.Close(); err == nil {
+				err = cerr
+			}
+			if err == nil {
+				addedRows = *lw.NextRowID() - firstRowID
+			}
+		}
+	} else {
+		err = iceberg.WriteManifestList(meta.Version(), out, snapID, parent, &seq, 0, mans)
+	}
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
@@ -158,6 +177,9 @@ func (c *Committer) commitMetadataSnapshot(ctx context.Context, cat tableCommitt
 		ManifestList:     listPath,
 		Summary:          &table.Summary{Operation: table.OpReplace, Properties: props},
 		SchemaID:         &schemaID,
+	}
+	if meta.Version() >= 3 {
+		snap.FirstRowID, snap.AddedRows = &firstRowID, &addedRows
 	}
 	updates = append([]table.Update{
 		table.NewAddSnapshotUpdate(&snap),
