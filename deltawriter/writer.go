@@ -105,7 +105,10 @@ type Options struct {
 	// yet written), keyindex-ingest (a committed window in the key index,
 	// the window not yet reset), keyindex-save (runs saved, the manifest
 	// not yet written); sink.Database adds database-table-committed (one
-	// table's commit of an epoch done, the others' maybe not).
+	// table's commit of an epoch done, the others' maybe not), the sink's
+	// coordinator epoch-committed (an epoch in the table, its writers not
+	// yet told) and compaction-committed (a round in the table, the
+	// writers not yet following it).
 	Failpoint func(name string)
 
 	parquetBytes int64         // the open Parquet writers' share of MemoryLimit

@@ -43,7 +43,7 @@ func Topics(ctx context.Context, cfg Config, re *regexp.Regexp) ([]string, error
 	defer cl.Close()
 	td, err := kadm.NewClient(cl).ListTopics(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("kafka: listing topics: %w", err)
+		return nil, fmt.Errorf("kafka: listing topics: %w%s", err, cfg.Security.hint(err))
 	}
 	var out []string
 	for _, t := range td.Sorted() {
@@ -78,7 +78,7 @@ func FirstRecord(ctx context.Context, cfg Config, topic string, stopAtEnd bool) 
 	if stopAtEnd {
 		ends, err := kadm.NewClient(cl).ListEndOffsets(ctx, topic)
 		if err != nil {
-			return nil, fmt.Errorf("kafka: end offsets of %s: %w", topic, err)
+			return nil, fmt.Errorf("kafka: end offsets of %s: %w%s", topic, err, cfg.Security.hint(err))
 		}
 		empty := true
 		ends.Each(func(o kadm.ListedOffset) {
@@ -106,7 +106,7 @@ func FirstRecord(ctx context.Context, cfg Config, topic string, stopAtEnd bool) 
 		}
 		for _, fe := range fs.Errors() {
 			if !errors.Is(fe.Err, context.Canceled) {
-				return nil, fmt.Errorf("kafka: reading %s: %w", topic, fe.Err)
+				return nil, fmt.Errorf("kafka: reading %s: %w%s", topic, fe.Err, cfg.Security.hint(fe.Err))
 			}
 		}
 	}

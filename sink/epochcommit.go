@@ -91,6 +91,16 @@ type epochCommitter struct {
 	latency time.Duration
 	// load: the table reloaded once per epoch (tableAt).
 	load epochLoad
+	// failpoint, when set, is told of the crash points of the commits
+	// and compactions (deltawriter.Options.Failpoint).
+	failpoint func(string)
+}
+
+// fail calls the failpoint hook, if any.
+func (e *epochCommitter) fail(point string) {
+	if e.failpoint != nil {
+		e.failpoint(point)
+	}
 }
 
 // waitMaintenance returns once no compaction round is running.
@@ -156,6 +166,9 @@ func (e *epochCommitter) finish() {
 func (e *epochCommitter) compactNow(epoch uint64, p commit.Compaction, done string) {
 	t0 := time.Now()
 	c, err := e.cm.Compact(e.runCtx, p)
+	if err == nil && c.Snapshot != 0 {
+		e.fail("compaction-committed") // before the writers follow it
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	switch {
@@ -233,6 +246,9 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 	}
 	if err != nil {
 		return err
+	}
+	if !res.Empty && !res.AlreadyCommitted {
+		e.fail("epoch-committed") // in the table, not yet acknowledged to the writers
 	}
 	if res.Recorded {
 		// No file, but offsets moved: the table properties keep them.
@@ -315,7 +331,7 @@ func StartCoordinator(ctx context.Context, cfg Config) (c *coordinator.Coordinat
 // newEpochCommitter commits for the sink cfg describes through cm; ctx
 // is the run's (its compaction rounds run under it).
 func newEpochCommitter(ctx context.Context, cfg Config, cm *commit.Committer) *epochCommitter {
-	ec := &epochCommitter{cm: cm, retain: *cfg.Retention, log: cfg.Logger, compact: cfg.Compaction, compactEvery: cfg.CompactEvery, runCtx: ctx}
+	ec := &epochCommitter{cm: cm, retain: *cfg.Retention, log: cfg.Logger, compact: cfg.Compaction, compactEvery: cfg.CompactEvery, runCtx: ctx, failpoint: cfg.Writer.Failpoint}
 	// Commits carry the offsets of partitions no writer reports forward.
 	ec.pos, _ = positionOf(cm)
 	if ec.log == nil {

@@ -157,6 +157,24 @@ func (f *kafkaFlags) check(input, coordinator string, format changelog.Format) e
 	return nil
 }
 
+// cleartextWarnings names the passwords the flags would send unencrypted:
+// SASL PLAIN without TLS, the registry's basic auth over http://.
+func (f *kafkaFlags) cleartextWarnings() []string {
+	var out []string
+	tlsOn := f.sec.TLS || f.sec.CAFile != "" || f.sec.CertFile != "" || f.sec.KeyFile != "" || f.sec.ServerName != ""
+	if strings.EqualFold(f.sec.SASLMechanism, "plain") && !tlsOn {
+		out = append(out, fmt.Sprintf("--kafka-sasl-mechanism plain without --kafka-tls sends the password of user %q to the brokers in clear text", f.sec.User))
+	}
+	if f.registryUser != "" {
+		for _, u := range strings.Split(f.registryURL, ",") {
+			if strings.HasPrefix(strings.ToLower(strings.TrimSpace(u)), "http://") {
+				out = append(out, fmt.Sprintf("--schema-registry-user over %s sends the password of user %q in clear text (use https://)", strings.TrimSpace(u), f.registryUser))
+			}
+		}
+	}
+	return out
+}
+
 // registryPasswordEnv holds the schema registry's password without
 // --schema-registry-password-file.
 const registryPasswordEnv = "ICESINK_SCHEMA_REGISTRY_PASSWORD"

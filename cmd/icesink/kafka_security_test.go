@@ -60,6 +60,12 @@ func TestKafkaSecuredCluster(t *testing.T) {
 	if code == 0 || !strings.Contains(stderr, `user "icesink"`) {
 		t.Fatalf("a wrong password: exit %d, %s; want a failure naming the SASL user", code, stderr)
 	}
+	// A database run names them too (issue 46 item 16: it said only "EOF").
+	dbArgs := []string{"run", "--warehouse", wh, "--table-template", "db.{topic}", "--format", "debezium-json", "--kafka-brokers", c.ListenAddrs()[0], "--topic", "cdc",
+		"--stop-at-end", "--quiet", "--kafka-tls-ca", caFile, "--kafka-sasl-mechanism", "scram-sha-512", "--kafka-sasl-user", "icesink"}
+	if _, stderr, code := icesink(t, dbArgs...); code == 0 || !strings.Contains(stderr, `user "icesink"`) {
+		t.Fatalf("a database run with a wrong password: exit %d, %s; want a failure naming the SASL user", code, stderr)
+	}
 	if _, stderr, code := icesink(t, append(args, "--kafka-sasl-password", "s3cret")...); code != 2 {
 		t.Fatalf("a password flag: exit %d, %s; want a usage error", code, stderr)
 	}
@@ -70,5 +76,28 @@ func TestKafkaSecuredCluster(t *testing.T) {
 	got, _, _ := icesink(t, "scan", "--warehouse", wh, "--table", "db.t")
 	if want := expectedScan(t, lines, len(lines)); got != want {
 		t.Errorf("the table differs from the stream read over TLS and SASL")
+	}
+}
+
+// TestCleartextWarnings: SASL PLAIN without TLS and the registry's basic
+// auth over http:// are warned of (issue 46 item 16); with TLS, SCRAM or
+// https, nothing is said.
+func TestCleartextWarnings(t *testing.T) {
+	for _, tc := range []struct {
+		f    kafkaFlags
+		want string
+	}{
+		{kafkaFlags{sec: kafka.Security{SASLMechanism: "plain", User: "u"}}, `password of user "u" to the brokers in clear text`},
+		{kafkaFlags{sec: kafka.Security{SASLMechanism: "plain", User: "u", TLS: true}}, ""},
+		{kafkaFlags{sec: kafka.Security{SASLMechanism: "plain", User: "u", CAFile: "ca.pem"}}, ""},
+		{kafkaFlags{sec: kafka.Security{SASLMechanism: "scram-sha-512", User: "u"}}, ""},
+		{kafkaFlags{registryURL: "https://r:8081,http://r2:8081", registryUser: "k"}, `over http://r2:8081 sends the password of user "k"`},
+		{kafkaFlags{registryURL: "https://r:8081", registryUser: "k"}, ""},
+		{kafkaFlags{registryURL: "http://r:8081"}, ""},
+	} {
+		got := strings.Join(tc.f.cleartextWarnings(), "\n")
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%+v: warnings %q, want %q", tc.f.sec, got, tc.want)
+		}
 	}
 }

@@ -95,6 +95,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := kf.check(inf.input, crf.addr, fmtv); err != nil {
 		return err
 	}
+	for _, w := range kf.cleartextWarnings() {
+		fmt.Fprintf(stderr, "icesink: warning: %s\n", w)
+	}
 	wopts, err := wf.options()
 	if err != nil {
 		return err
