@@ -266,7 +266,7 @@ func (d *AvroDecoder) keyRow(key []byte) ([]any, error) {
 		if !isRec {
 			return nil, fieldErr("key", kindErrf(ErrRecord, "key schema id %d is a %s, not a record of the key columns", id, s.Type()))
 		}
-		rp = d.compileRow(rec)
+		rp = d.compileRow(rec, false)
 		d.keys[id] = rp
 	}
 	d.r.Reset(body)
@@ -309,7 +309,7 @@ func (d *AvroDecoder) envelope(id int) (*avroEnvelope, error) {
 			for _, b := range branches {
 				switch b := deref(b).(type) {
 				case *avro.RecordSchema:
-					ef.rows = append(ef.rows, d.compileRow(b))
+					ef.rows = append(ef.rows, d.compileRow(b, true))
 				case *avro.NullSchema:
 					ef.rows = append(ef.rows, nil)
 				default:
@@ -366,9 +366,16 @@ func deref(s avro.Schema) avro.Schema {
 	return s
 }
 
-// compileRow maps record rec's fields onto the table's columns.
-func (d *AvroDecoder) compileRow(rec *avro.RecordSchema) *avroRow {
+// compileRow maps record rec's fields onto the table's columns; image: rec
+// is a row image (before, after), not a record key, so a required column
+// it lacks was dropped at the source.
+func (d *AvroDecoder) compileRow(rec *avro.RecordSchema, image bool) *avroRow {
 	rp := &avroRow{has: make([]bool, len(d.plan.cols))}
+	if d.evolve && image {
+		if drop := d.plan.dropped(func(name string) bool { return hasField(rec, name) }); len(drop) > 0 {
+			rp.change = &SchemaChangeError{Columns: drop}
+		}
+	}
 	for _, f := range rec.Fields() {
 		if d.evolve {
 			d.diff(rp, f)

@@ -84,6 +84,21 @@ func (p *plan) schemaDiff(name string, typ iceberg.Type, nullable bool) (iceberg
 	return ev, true
 }
 
+// dropped returns the table's required non-key columns that events whose
+// rows carry only the columns has names lack (a column dropped at the
+// source): each made optional, so that later rows load with a null
+// instead of stopping the table. A key column cannot go; its rows fail
+// naming it.
+func (p *plan) dropped(has func(name string) bool) []iceberg.NestedField {
+	var out []iceberg.NestedField
+	for _, c := range p.cols {
+		if c.required && !c.key && !has(c.name) {
+			out = append(out, iceberg.NestedField{Name: c.name, Type: c.typ, Required: false})
+		}
+	}
+	return out
+}
+
 func numeric(t iceberg.Type) bool {
 	switch t.(type) {
 	case iceberg.Int32Type, iceberg.Int64Type, iceberg.Float32Type, iceberg.Float64Type, iceberg.DecimalType:
@@ -153,10 +168,12 @@ func namedType(name string, params map[string]string) (t iceberg.Type, ok bool, 
 func (p *plan) connectDiff(env connectField) *SchemaChangeError {
 	var diff []iceberg.NestedField
 	seen := map[string]bool{}
+	images := false
 	for _, img := range env.Fields {
 		if img.Field != "before" && img.Field != "after" {
 			continue
 		}
+		images = images || len(img.Fields) > 0
 		for _, f := range img.Fields {
 			if seen[f.Field] {
 				continue
@@ -170,6 +187,9 @@ func (p *plan) connectDiff(env connectField) *SchemaChangeError {
 				diff = append(diff, ev)
 			}
 		}
+	}
+	if images {
+		diff = append(diff, p.dropped(func(name string) bool { return seen[name] })...)
 	}
 	if diff == nil {
 		return nil

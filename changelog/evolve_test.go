@@ -126,3 +126,70 @@ func TestSchemaKeyColumns(t *testing.T) {
 		t.Fatalf("a key that is no column: %v", err)
 	}
 }
+
+// TestDroppedColumnEvolution: events whose rows no longer carry a required
+// non-key column of the table (dropped at the source) report it made
+// optional, in JSON and Avro; after SetSchema they decode with a null.
+// Before, every later event failed "required column is missing" and the
+// table stopped for good (issue 46 item 9).
+func TestDroppedColumnEvolution(t *testing.T) {
+	table := iceberg.NewSchemaWithIdentifiers(0, []int{1},
+		iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.Int64Type{}, Required: true},
+		iceberg.NestedField{ID: 2, Name: "qty", Type: iceberg.Int32Type{}, Required: true},
+		iceberg.NestedField{ID: 3, Name: "note", Type: iceberg.StringType{}},
+	)
+	relaxed := iceberg.NewSchemaWithIdentifiers(1, []int{1},
+		iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.Int64Type{}, Required: true},
+		iceberg.NestedField{ID: 2, Name: "qty", Type: iceberg.Int32Type{}},
+		iceberg.NestedField{ID: 3, Name: "note", Type: iceberg.StringType{}},
+	)
+	wantDrop := func(t *testing.T, err error) {
+		t.Helper()
+		var sc *SchemaChangeError
+		if !errors.As(err, &sc) || len(sc.Columns) != 1 || sc.Columns[0].Name != "qty" || sc.Columns[0].Required || !sc.Columns[0].Type.Equals(iceberg.Int32Type{}) {
+			t.Fatalf("%v, want a schema change making qty optional", err)
+		}
+	}
+	t.Run("json", func(t *testing.T) {
+		line := `{"schema":{"type":"struct","fields":[{"type":"struct","optional":true,"field":"after","fields":[` +
+			`{"type":"int64","field":"id"},{"type":"string","optional":true,"field":"note"}]},{"type":"string","field":"op"}]},` +
+			`"payload":{"before":null,"after":{"id":1,"note":"n"},"op":"c"}}` + "\n"
+		d, err := NewDecoder(strings.NewReader(line), DebeziumJSON, table, WithEvolution())
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = d.Next()
+		wantDrop(t, err)
+		if err := d.SetSchema(relaxed); err != nil {
+			t.Fatal(err)
+		}
+		rec, err := d.Next()
+		if err != nil || !sameRow(rec.Changes[0].Row, []any{int64(1), nil, "n"}) {
+			t.Fatalf("after SetSchema: %+v %v", rec, err)
+		}
+	})
+	t.Run("avro", func(t *testing.T) {
+		source := iceberg.NewSchemaWithIdentifiers(0, []int{1},
+			iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.Int64Type{}, Required: true},
+			iceberg.NestedField{ID: 3, Name: "note", Type: iceberg.StringType{}},
+		)
+		reg := mapSchemas{}
+		register(t, reg, source, 7)
+		enc, _ := NewAvroEncoder(source, testSource)
+		msg, err := enc.AppendDebeziumAvro(nil, 7, nil, []any{int64(1), "n"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, _ := NewAvroDecoder(table, reg)
+		d.SetEvolution(true)
+		_, _, err = d.DecodeKeyedMessage(nil, msg)
+		wantDrop(t, err)
+		if err := d.SetSchema(relaxed); err != nil {
+			t.Fatal(err)
+		}
+		rec, _, err := d.DecodeKeyedMessage(nil, msg)
+		if err != nil || !sameRow(rec.Changes[0].Row, []any{int64(1), nil, "n"}) {
+			t.Fatalf("after SetSchema: %v %v", rec, err)
+		}
+	})
+}
