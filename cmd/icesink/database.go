@@ -128,16 +128,36 @@ func tableFor(template, topic string, src *changelog.DebeziumSource) (table.Iden
 	}
 	if src != nil {
 		for i, v := range []string{src.Server, src.DB, src.Schema, src.Table} {
-			if p := sourcePlaceholders[i]; v == "" && strings.Contains(template, p) {
+			p := sourcePlaceholders[i]
+			if !strings.Contains(template, p) {
+				continue
+			}
+			if v == "" {
 				return nil, fmt.Errorf("topic %s: its events' source block has no %s for %s", topic, strings.Trim(p[len("{source."):], "}"), p)
 			}
-			pairs = append(pairs, sourcePlaceholders[i], v)
+			// Event content fills one name part of the template, no more:
+			// a dot would move the table to another namespace, a path
+			// character out of its folder.
+			if strings.Contains(v, ".") {
+				return nil, fmt.Errorf("topic %s: its events' %s is %q, whose dot would place the table outside the template %s; refused", topic, strings.Trim(p, "{}"), v, template)
+			}
+			if err := warehouse.CheckName(v); err != nil {
+				return nil, fmt.Errorf("topic %s: its events' %s cannot name a table in the template %s: %w; refused", topic, strings.Trim(p, "{}"), template, err)
+			}
+			pairs = append(pairs, p, v)
 		}
 	}
 	name := strings.NewReplacer(pairs...).Replace(template)
 	ident, err := warehouse.ParseIdent(name)
 	if err != nil {
 		return nil, fmt.Errorf("topic %s gives table %q: %w", topic, name, err)
+	}
+	var blank []string
+	for _, p := range append([]string{"{topic}", "{server}", "{db}", "{schema}", "{table}"}, sourcePlaceholders...) {
+		blank = append(blank, p, "x")
+	}
+	if want := strings.Count(strings.NewReplacer(blank...).Replace(template), ".") + 1; len(ident) != want {
+		return nil, fmt.Errorf("topic %s gives table %q, of %d name parts where the template %s has %d; refused", topic, name, len(ident), template, want)
 	}
 	return ident, nil
 }

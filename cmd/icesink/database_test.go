@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/icesink/icesink/changelog"
 	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/sink"
 	"github.com/icesink/icesink/warehouse"
@@ -696,4 +697,37 @@ func resumeOf(whDir string, ident table.Identifier) (sink.Position, error) {
 	}
 	defer wh.Close()
 	return sink.Resume(ctx, sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: "icesink"})
+}
+
+// TestTableForSourceValues: event content fills one name part of a
+// {source.*} template, no more: a source.table "x.y" under
+// shop.{source.table} is refused (it made table shop.x.y, outside the
+// template), and so are path characters and dots twice over; a plain name
+// and a topic's own parts still resolve (issue 46 item 10).
+func TestTableForSourceValues(t *testing.T) {
+	src := func(table string) *changelog.DebeziumSource {
+		return &changelog.DebeziumSource{Server: "srv", DB: "shop", Schema: "public", Table: table}
+	}
+	for _, tc := range []struct {
+		template, table string
+		want            string // "" : refused
+	}{
+		{"shop.{source.table}", "orders", "shop.orders"},
+		{"shop.{source.table}", "x.y", ""},
+		{"shop.{source.table}", "../etc", ""},
+		{"shop.{source.table}", `a\b`, ""},
+		{"shop.{source.table}", "a?b", ""},
+		{"{source.db}_raw.{source.table}", "orders", "shop_raw.orders"},
+	} {
+		ident, err := tableFor(tc.template, "cdc-orders", src(tc.table))
+		switch {
+		case tc.want == "" && err == nil:
+			t.Errorf("%s with source.table %q: table %v, want a refusal", tc.template, tc.table, ident)
+		case tc.want != "" && (err != nil || strings.Join(ident, ".") != tc.want):
+			t.Errorf("%s with source.table %q: %v %v, want %s", tc.template, tc.table, ident, err, tc.want)
+		}
+	}
+	if ident, err := tableFor("raw.{topic}", "srv.shop.orders", nil); err != nil || strings.Join(ident, ".") != "raw.srv_shop_orders" {
+		t.Errorf("{topic}: %v %v", ident, err)
+	}
 }
