@@ -195,7 +195,7 @@ func keptCommitted(props iceberg.Properties, sinkID string, epoch uint64) Commit
 	prefix := PropSinkPrefix + sinkID + "."
 	out := iceberg.Properties{}
 	for k, v := range props {
-		if rest, ok := strings.CutPrefix(k, prefix); ok && "icesink."+rest != propSnapshotID && "icesink."+rest != propRunID {
+		if rest, ok := strings.CutPrefix(k, prefix); ok && "icesink."+rest != propSnapshotID && "icesink."+rest != propRunID && !strings.HasPrefix("icesink."+rest, propStart) {
 			out["icesink."+rest] = v
 		}
 	}
@@ -817,4 +817,59 @@ func EncodeEntry(df iceberg.DataFile, spec iceberg.PartitionSpec, schema *iceber
 		return nil, fmt.Errorf("commit: encoding manifest entry of %s: %w", df.FilePath(), err)
 	}
 	return b, nil
+}
+
+// propStart is the key under which the table properties keep, per input
+// property (PropOffsetPrefix...), where a sink's input starts when its
+// first run chose a moving point (Kafka's latest offsets): decided once,
+// so that a run that crashes before its first commit, or another process
+// of the sink, starts at the same place.
+const propStart = "icesink.start."
+
+// KeptStart returns the input start KeepStart recorded for the sink (nil:
+// none), as the summary properties a resume takes.
+func (c *Committer) KeptStart() map[string]string {
+	prefix := sinkProp(c.sinkID, propStart)
+	var out map[string]string
+	for k, v := range c.tbl.Properties() {
+		if rest, ok := strings.CutPrefix(k, prefix); ok {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[rest] = v
+		}
+	}
+	return out
+}
+
+// KeepStart records start (summary properties, as KeptStart returns them)
+// as the sink's input start unless the table keeps one already, and
+// returns the one the table keeps. Two processes racing record one: the
+// catalog refuses the second commit, which reloads and finds the first's.
+func (c *Committer) KeepStart(ctx context.Context, start map[string]string) (map[string]string, error) {
+	var kept map[string]string
+	err := c.retrying(ctx, func() error {
+		if kept = c.KeptStart(); kept != nil || len(start) == 0 {
+			return nil
+		}
+		set := iceberg.Properties{}
+		for k, v := range start {
+			set[sinkProp(c.sinkID, propStart+k)] = v
+		}
+		tx := c.tbl.NewTransaction()
+		if err := tx.SetProperties(set); err != nil {
+			return err
+		}
+		tbl, err := tx.Commit(ctx)
+		if err != nil {
+			return err
+		}
+		c.adopt(ctx, tbl)
+		kept = c.KeptStart()
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("commit: recording where sink %q's input starts in table %v: %w", c.sinkID, c.ident, err)
+	}
+	return kept, nil
 }

@@ -343,6 +343,35 @@ func (s *Source) Seek(ctx context.Context, props map[string]string, position int
 	return nil
 }
 
+// StartOffsets returns where a first run of Config.Start Latest begins
+// now: every partition's end offset, as the summary properties Seek takes
+// (nil for Earliest, which does not move under a crash). sink.Run records
+// them in the table before anything is read, so that a run that crashes
+// before its first commit, or another process of the sink, begins at the
+// same offsets instead of at a later "latest".
+func (s *Source) StartOffsets(ctx context.Context) (map[string]string, error) {
+	if s.cfg.Start != Latest {
+		return nil, nil
+	}
+	ends, err := s.adm.ListEndOffsets(ctx, s.cfg.Topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kafka: listing the end offsets of topic %q: %w%s", s.cfg.Topic, err, s.cfg.Security.hint(err))
+	}
+	out := map[string]string{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Topic == s.cfg.Topic {
+			out[s.prop(o.Partition)] = strconv.FormatInt(o.Offset, 10)
+		}
+	})
+	if len(out) == 0 {
+		return nil, fmt.Errorf("kafka: topic %q has no partitions (does it exist?)", s.cfg.Topic)
+	}
+	return out, nil
+}
+
 func (s *Source) discoverInterval() time.Duration {
 	if s.cfg.DiscoverInterval > 0 {
 		return s.cfg.DiscoverInterval

@@ -48,6 +48,13 @@ type Source interface {
 	Skip(n int64) error
 }
 
+// startingSource is an OffsetSource whose start without a commit moves
+// (kafka.Source with Latest): StartOffsets says where it would start now,
+// and the run keeps that in the table (commit.Committer.KeepStart).
+type startingSource interface {
+	StartOffsets(ctx context.Context) (map[string]string, error)
+}
+
 // OffsetSource is a Source whose position is not a count of lines but
 // offsets of its own (a Kafka topic's partitions): Offsets are recorded
 // with every commit as summary properties (commit.PropOffsetPrefix) and
@@ -505,7 +512,19 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 		if start.InputID != "" && start.InputID != osrc.Identity() {
 			return res, fmt.Errorf("the input %s is not the one sink %q committed from (%s): to write it as a new stream, give another --sink-id", osrc.Identity(), cfg.SinkID, start.InputID)
 		}
-		if err := osrc.Seek(ctx, start.Offsets, start.Line); err != nil {
+		offsets := start.Offsets
+		if ss, ok := src.(startingSource); ok && len(offsets) == 0 {
+			// No commit says where the input is: a moving start (Kafka's
+			// latest) is decided once and kept in the table.
+			now, err := ss.StartOffsets(ctx)
+			if err != nil {
+				return res, err
+			}
+			if offsets, err = cm.KeepStart(ctx, now); err != nil {
+				return res, err
+			}
+		}
+		if err := osrc.Seek(ctx, offsets, start.Line); err != nil {
 			return res, fmt.Errorf("resuming after epoch %d: %w", start.Epoch, err)
 		}
 		if byPartition && psrc.PartitionVnodes() != cfg.Vnodes {
