@@ -147,6 +147,12 @@ func sinkProp(sinkID, key string) string {
 // rolled back with the branch, so they must name what they belong to).
 const propSnapshotID = "icesink.snapshot-id"
 
+// propSequence is the key under which a commit records, beside
+// propSnapshotID, that snapshot's sequence number: once the snapshot has
+// expired, an older snapshot on the branch (a smaller sequence number)
+// still tells that the branch was rolled back past it.
+const propSequence = "icesink.sequence-number"
+
 // propRunID is the key under which the table properties name the run of
 // the sink that may commit (Claim): a run that finds another's id there
 // was fenced off.
@@ -182,7 +188,7 @@ func lastCommitted(tbl *table.Table, sinkID string) (Committed, bool) {
 	if !hasKept {
 		return Committed{}, false
 	}
-	if !onHistory && (hasKeptSnap && meta.SnapshotByID(keptSnap) != nil || rolledBack(meta, sinkID, 0)) {
+	if !onHistory && (hasKeptSnap && meta.SnapshotByID(keptSnap) != nil || rolledBack(meta, sinkID, 0) || behindKept(meta, props[sinkProp(sinkID, propSequence)])) {
 		// Rolled back past every epoch of the sink still in the metadata:
 		// which of the expired ones the table holds is unknown.
 		return Committed{RolledBack: kept}, false
@@ -190,12 +196,32 @@ func lastCommitted(tbl *table.Table, sinkID string) (Committed, bool) {
 	return keptCommitted(props, sinkID, kept), true
 }
 
+// behindKept reports whether the branch holds a snapshot older (by
+// sequence number) than seq, the kept position's snapshot's, which the
+// metadata no longer has. Expiry removes the oldest snapshots first, so
+// had the kept snapshot merely expired, every older one would be gone
+// too: an older one still on the branch means the branch was rolled back
+// past the kept position.
+func behindKept(meta table.Metadata, seq string) bool {
+	keptSeq, err := strconv.ParseInt(seq, 10, 64)
+	cur := meta.CurrentSnapshot()
+	if err != nil || keptSeq <= 0 || cur == nil {
+		return false
+	}
+	for _, s := range table.AncestorsOf(cur.SnapshotID, meta.SnapshotByID) {
+		if s.SequenceNumber < keptSeq {
+			return true
+		}
+	}
+	return false
+}
+
 // keptCommitted is the position the table properties keep for sinkID.
 func keptCommitted(props iceberg.Properties, sinkID string, epoch uint64) Committed {
 	prefix := PropSinkPrefix + sinkID + "."
 	out := iceberg.Properties{}
 	for k, v := range props {
-		if rest, ok := strings.CutPrefix(k, prefix); ok && "icesink."+rest != propSnapshotID && "icesink."+rest != propRunID && !strings.HasPrefix("icesink."+rest, propStart) {
+		if rest, ok := strings.CutPrefix(k, prefix); ok && "icesink."+rest != propSnapshotID && "icesink."+rest != propSequence && "icesink."+rest != propRunID && !strings.HasPrefix("icesink."+rest, propStart) {
 			out["icesink."+rest] = v
 		}
 	}
@@ -677,6 +703,7 @@ func (c *Committer) recordOffsets(ctx context.Context, epoch uint64, props map[s
 		kept[sinkProp(c.sinkID, propSnapshotID)] = "-1"
 		if cur := c.tbl.CurrentSnapshot(); cur != nil {
 			kept[sinkProp(c.sinkID, propSnapshotID)] = strconv.FormatInt(cur.SnapshotID, 10)
+			kept[sinkProp(c.sinkID, propSequence)] = strconv.FormatInt(cur.SequenceNumber, 10)
 		}
 		tx := c.tbl.NewTransaction()
 		if err := tx.AssertRefSnapshotID(table.MainBranch); err != nil {
@@ -749,6 +776,7 @@ func (c *Committer) commitOnce(ctx context.Context, epoch uint64, payloads []Pay
 		return nil, err
 	}
 	kept[sinkProp(c.sinkID, propSnapshotID)] = strconv.FormatInt(staged.CurrentSnapshot().SnapshotID, 10)
+	kept[sinkProp(c.sinkID, propSequence)] = strconv.FormatInt(staged.CurrentSnapshot().SequenceNumber, 10)
 	if err := tx.SetProperties(kept); err != nil {
 		return nil, fmt.Errorf("recording the sink's epoch in the table properties: %w", err)
 	}

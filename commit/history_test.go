@@ -400,3 +400,76 @@ func TestClaimFencesEveryFormatVersion(t *testing.T) {
 		})
 	}
 }
+
+// TestRollbackPastExpiredEpochs: the branch is rolled back to another
+// writer's snapshot older than the sink's epochs, and the sink's
+// snapshots are then expired: the properties still name the sink's last
+// epoch, but the branch holds a snapshot older than that epoch's
+// (sequence numbers), so Last reports the rollback instead of trusting
+// the properties (issue 46 item 15: the rerun resumed past epochs the
+// table no longer held).
+func TestRollbackPastExpiredEpochs(t *testing.T) {
+	ctx := context.Background()
+	wh, tbl := newTable(t)
+	other, err := commit.NewCommitter(ctx, wh.Catalog, testIdent, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := commitEpoch(t, other, tbl, "other", 1).SnapshotID
+	cm, err := commit.NewCommitter(ctx, wh.Catalog, testIdent, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ours []int64
+	for e := uint64(1); e <= 2; e++ {
+		ours = append(ours, commitEpoch(t, cm, tbl, "s", e).SnapshotID)
+	}
+	cur, err := wh.Catalog.LoadTable(ctx, testIdent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx := cur.NewTransaction()
+	if err := tx.RollbackToSnapshot(foreign); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The sink's snapshots expire (no branch holds them any more).
+	if _, _, err := wh.Catalog.CommitTable(ctx, testIdent, nil, []table.Update{table.NewRemoveSnapshotsUpdate(ours, false)}); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := commit.NewCommitter(ctx, wh.Catalog, testIdent, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last, ok := fresh.Last(); ok || last.RolledBack != 2 {
+		t.Fatalf("Last() = %+v, %v; want not ok, rolled back past epoch 2", last, ok)
+	}
+	// Expired without a rollback, the properties are trusted.
+	wh2, tbl2 := newTable(t)
+	cm2, err := commit.NewCommitter(ctx, wh2.Catalog, testIdent, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := commitEpoch(t, cm2, tbl2, "s", 1).SnapshotID
+	commitEpoch(t, cm2, tbl2, "s", 2)
+	other2, err := commit.NewCommitter(ctx, wh2.Catalog, testIdent, "other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other2.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	commitEpoch(t, other2, tbl2, "other", 1)
+	if _, _, err := wh2.Catalog.CommitTable(ctx, testIdent, nil, []table.Update{table.NewRemoveSnapshotsUpdate([]int64{first}, false)}); err != nil {
+		t.Fatal(err)
+	}
+	fresh2, err := commit.NewCommitter(ctx, wh2.Catalog, testIdent, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last, ok := fresh2.Last(); !ok || last.Epoch != 2 || last.RolledBack != 0 {
+		t.Fatalf("after expiry alone: Last() = %+v, %v; want epoch 2", last, ok)
+	}
+}

@@ -216,6 +216,7 @@ func (c *Committer) commitVectors(ctx context.Context, cat tableCommitter, wfs i
 		AddedRows:        &addedRows,
 	}
 	kept[sinkProp(c.sinkID, propSnapshotID)] = strconv.FormatInt(snapID, 10)
+	kept[sinkProp(c.sinkID, propSequence)] = strconv.FormatInt(seq, 10)
 	updates := []table.Update{
 		table.NewAddSnapshotUpdate(&snap),
 		table.NewSetSnapshotRefUpdate(table.MainBranch, snapID, table.BranchRef, -1, -1, -1),
