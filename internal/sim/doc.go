@@ -1,8 +1,10 @@
 // Package sim is the seeded simulation of the whole system, as a user
 // combines it: from a seed its test draws a configuration (format
 // version, delete mode, writers, memory budget, maintenance and its
-// period, partitioning, a single or composite key, file or pipe input,
-// checkpoint size, a kept or no key index) and a schedule (the icesink
+// period, partitioning, a single or composite key, file, pipe or Kafka
+// input (an in-process broker of 1-3 partitions), checkpoint size, commit
+// interval, snapshot retention, record-size limit, a kept or no key
+// index) and a schedule (the icesink
 // command killed with SIGKILL at named crash points or at random moments,
 // and between runs another engine's appends, equality deletes on the key
 // or part of it, compactions, tags, snapshot expiry, retry properties and
@@ -10,7 +12,8 @@
 // checks the table, read back through iceberg-go's scanner and
 // internal/tablelint, against a model of the stream and the other
 // engine's changes: no key twice, nothing half-committed, every epoch at
-// most once, the input position never behind what the table held.
+// most once, the input position (a line, or every partition's offset)
+// never behind what the table held.
 //
 // The configuration and the schedule are a function of the seed; where a
 // kill lands in time is not (the machine's timing decides), so a failure
