@@ -2,7 +2,9 @@
 // combines it: from a seed its test draws a configuration (format
 // version, delete mode, writers, memory budget, maintenance and its
 // period, partitioning, a single or composite key, file, pipe or Kafka
-// input (an in-process broker of 1-3 partitions), checkpoint size, commit
+// input (an in-process broker of 1-3 partitions; one table, or a database
+// of 2-3 topics of debezium-json events into tables created from them),
+// checkpoint size, commit
 // interval, snapshot retention, record-size limit, a kept or no key
 // index) and a schedule (the icesink
 // command killed with SIGKILL at named crash points or at random moments,

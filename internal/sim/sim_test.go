@@ -75,6 +75,7 @@ type config struct {
 	Partitioned    bool   // bucket[4] of the key's id
 	Composite      bool   // key (id, tenant) instead of (id)
 	Input          string // file, pipe (standard input) or kafka (a topic of Partitions)
+	Tables         int    // kafka: 1 (one table), or a database of 2-3 topics into tables of their own
 	Partitions     int
 	CheckpointRows int
 	CommitInterval int    // --commit-interval: checkpoints per commit
@@ -105,12 +106,19 @@ func draw(rng *rand.Rand) config {
 		Lines:          200 + rng.IntN(700),
 		Keys:           30 + rng.IntN(300),
 	}
+	if c.Input == "kafka" && rng.IntN(3) == 0 {
+		// A database: debezium-json events with Connect schemas, each
+		// topic into a table created from them (no partition spec).
+		c.Tables, c.Partitioned = 2+rng.IntN(2), false
+	} else {
+		c.Tables = 1
+	}
 	return c
 }
 
 func (c config) String() string {
-	return fmt.Sprintf("v%d %s writers=%d memory=%s maintain=%v/%d partitioned=%v composite=%v input=%s/%d checkpoint-rows=%d commit-interval=%d retain=%d max-record=%s key-index=%v lines=%d keys=%d",
-		c.Version, c.DeleteMode, c.Writers, c.Memory, c.Maintain, c.CompactEvery, c.Partitioned, c.Composite, c.Input, c.Partitions, c.CheckpointRows, c.CommitInterval, c.Retain, c.MaxRecord, c.KeyIndex, c.Lines, c.Keys)
+	return fmt.Sprintf("v%d %s writers=%d memory=%s maintain=%v/%d partitioned=%v composite=%v input=%s/%d tables=%d checkpoint-rows=%d commit-interval=%d retain=%d max-record=%s key-index=%v lines=%d keys=%d",
+		c.Version, c.DeleteMode, c.Writers, c.Memory, c.Maintain, c.CompactEvery, c.Partitioned, c.Composite, c.Input, c.Partitions, c.Tables, c.CheckpointRows, c.CommitInterval, c.Retain, c.MaxRecord, c.KeyIndex, c.Lines, c.Keys)
 }
 
 // schema is the table's schema: (id, name, v) keyed by id, or (id,
@@ -182,11 +190,16 @@ func (p position) behind(q position) bool {
 var names = []any{nil, "a", "ünïcødé", "日本語", "", "x y"}
 
 // stream draws the input: changes of c.Keys keys with a barrier now and
-// then, as changelog-json lines.
-func stream(rng *rand.Rand, c config) (lines []string, changes []*change) {
+// then, as changelog-json lines (a database's: debezium-json events with
+// their Connect schema, and record keys).
+func stream(rng *rand.Rand, c config) (lines, keys []string, changes []*change) {
 	for range c.Lines {
+		if c.Tables > 1 && rng.IntN(100) < 3 {
+			continue // no barrier lines in a topic of Debezium events
+		}
 		if rng.IntN(100) < 3 {
 			lines = append(lines, `{"barrier":true}`)
+			keys = append(keys, "")
 			changes = append(changes, nil)
 			continue
 		}
@@ -212,7 +225,13 @@ func stream(rng *rand.Rand, c config) (lines []string, changes []*change) {
 			fmt.Fprintf(&data, `,"name":%q`, name)
 		}
 		fmt.Fprintf(&data, `,"v":%d`, v)
-		lines = append(lines, fmt.Sprintf(`{"op":%q,"data":{%s}}`, op, data.String()))
+		if c.Tables > 1 {
+			lines = append(lines, debeziumEvent(c, del, data.String()))
+			keys = append(keys, debeziumKey(c, id, tenant))
+		} else {
+			lines = append(lines, fmt.Sprintf(`{"op":%q,"data":{%s}}`, op, data.String()))
+			keys = append(keys, "")
+		}
 		changes = append(changes, &change{del: del, row: row})
 	}
 	// Where the sink reads each line.
@@ -229,7 +248,31 @@ func stream(rng *rand.Rand, c config) (lines []string, changes []*change) {
 			offs[ch.part]++
 		}
 	}
-	return lines, changes
+	return lines, keys, changes
+}
+
+// debeziumEvent is a debezium-json event with its Kafka Connect schema: a
+// create (an upsert) of the row data, or a delete with data as before.
+func debeziumEvent(c config, del bool, data string) string {
+	fields := `{"type":"int64","field":"id"},`
+	if c.Composite {
+		fields += `{"type":"string","field":"tenant"},`
+	}
+	fields += `{"type":"string","optional":true,"field":"name"},{"type":"int64","field":"v"}`
+	schema := `{"type":"struct","fields":[{"type":"struct","optional":true,"field":"before","fields":[` + fields +
+		`]},{"type":"struct","optional":true,"field":"after","fields":[` + fields + `]},{"type":"string","field":"op"}]}`
+	if del {
+		return `{"schema":` + schema + `,"payload":{"before":{` + data + `},"after":null,"op":"d"}}`
+	}
+	return `{"schema":` + schema + `,"payload":{"before":null,"after":{` + data + `},"op":"c"}}`
+}
+
+// debeziumKey is the record key of a debezium-json event.
+func debeziumKey(c config, id int64, tenant string) string {
+	if c.Composite {
+		return fmt.Sprintf(`{"schema":{"type":"struct","fields":[{"type":"int64","field":"id"},{"type":"string","field":"tenant"}]},"payload":{"id":%d,"tenant":%q}}`, id, tenant)
+	}
+	return fmt.Sprintf(`{"schema":{"type":"struct","fields":[{"type":"int64","field":"id"}]},"payload":{"id":%d}}`, id)
 }
 
 // event is another engine's change of the table's rows, landed when the
@@ -252,21 +295,27 @@ type run struct {
 	keyDir  string
 	schema  string // its file
 	spec    string // the partition spec's file, or ""
-	lines   []string
-	changes []*change
-	events  []event
-	given   int      // input lines given to the sink so far
-	pos     position // the sink's committed position, last seen
+	tables  []*tableSim
 	kafka   *kgo.Client
 	broker  string
 	foreign int64
-	tags    map[string]int // tag -> live rows it held
 	log     []string
 }
 
-const ident = "sim.t"
+// tableSim is one table's input and model.
+type tableSim struct {
+	ident   table.Identifier
+	topic   string // its Kafka topic
+	lines   []string
+	keys    []string // the lines' Kafka record keys (a database's)
+	changes []*change
+	events  []event
+	given   int            // input lines given to the sink so far
+	pos     position       // the sink's committed position, last seen
+	tags    map[string]int // tag -> live rows it held
+}
 
-var tableIdent = table.Identifier{"sim", "t"}
+func (ts *tableSim) name() string { return strings.Join(ts.ident, ".") }
 
 func (r *run) logf(format string, a ...any) {
 	r.log = append(r.log, fmt.Sprintf(format, a...))
@@ -285,11 +334,11 @@ func (r *run) fail(format string, a ...any) {
 // expected is the model of the table when the sink committed the input up
 // to pos: the input's changes and the other engine's, in the order they
 // landed.
-func (r *run) expected(pos position) map[string][]any {
+func (r *run) expected(ts *tableSim, pos position) map[string][]any {
 	m := map[string][]any{}
-	applied := make([]bool, len(r.changes))
+	applied := make([]bool, len(ts.changes))
 	apply := func(upto position) {
-		for i, ch := range r.changes {
+		for i, ch := range ts.changes {
 			if ch == nil || applied[i] || ch.off >= upto[ch.part] {
 				continue
 			}
@@ -301,7 +350,7 @@ func (r *run) expected(pos position) map[string][]any {
 			}
 		}
 	}
-	for _, e := range r.events {
+	for _, e := range ts.events {
 		apply(e.at)
 		e.apply(m)
 	}
@@ -310,7 +359,7 @@ func (r *run) expected(pos position) map[string][]any {
 }
 
 // positionOf is the input position a commit's summary properties hold.
-func (r *run) positionOf(props iceberg.Properties) position {
+func (r *run) positionOf(ts *tableSim, props iceberg.Properties) position {
 	r.t.Helper()
 	pos := position{}
 	if r.cfg.Input != "kafka" {
@@ -322,7 +371,7 @@ func (r *run) positionOf(props iceberg.Properties) position {
 		return pos
 	}
 	for p := range int32(r.cfg.Partitions) {
-		if v, ok := props[fmt.Sprintf("%scdc.%d", commit.PropOffsetPrefix, p)]; ok {
+		if v, ok := props[fmt.Sprintf("%s%s.%d", commit.PropOffsetPrefix, ts.topic, p)]; ok {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
 				r.fail("a commit's offset of partition %d: %q", p, v)
@@ -334,13 +383,13 @@ func (r *run) positionOf(props iceberg.Properties) position {
 }
 
 // end is the position of the whole input given so far.
-func (r *run) end() position {
+func (r *run) end(ts *tableSim) position {
 	pos := position{}
 	if r.cfg.Input != "kafka" {
-		pos[0] = int64(r.given)
+		pos[0] = int64(ts.given)
 		return pos
 	}
-	for _, ch := range r.changes[:r.given] {
+	for _, ch := range ts.changes[:ts.given] {
 		if ch != nil && ch.off+1 > pos[ch.part] {
 			pos[ch.part] = ch.off + 1
 		}
@@ -359,9 +408,9 @@ func (r *run) open() *warehouse.Warehouse {
 	return wh
 }
 
-func (r *run) load(wh *warehouse.Warehouse) *table.Table {
+func (r *run) load(wh *warehouse.Warehouse, ts *tableSim) *table.Table {
 	r.t.Helper()
-	tbl, err := wh.Catalog.LoadTable(r.ctx, tableIdent)
+	tbl, err := wh.Catalog.LoadTable(r.ctx, ts.ident)
 	if err != nil {
 		r.fail("loading the table: %v", err)
 	}
@@ -369,9 +418,9 @@ func (r *run) load(wh *warehouse.Warehouse) *table.Table {
 }
 
 // committed returns the input position of the sink's last commit.
-func (r *run) committed(wh *warehouse.Warehouse) position {
+func (r *run) committed(wh *warehouse.Warehouse, ts *tableSim) position {
 	r.t.Helper()
-	cm, err := commit.NewCommitter(r.ctx, wh.Catalog, tableIdent, "sim")
+	cm, err := commit.NewCommitter(r.ctx, wh.Catalog, ts.ident, "sim")
 	if err != nil {
 		r.fail("reading the sink's position: %v", err)
 	}
@@ -379,7 +428,7 @@ func (r *run) committed(wh *warehouse.Warehouse) position {
 	if !ok {
 		return position{}
 	}
-	return r.positionOf(last.Properties)
+	return r.positionOf(ts, last.Properties)
 }
 
 // check reads the table back and compares it with the model at the
@@ -389,18 +438,26 @@ func (r *run) check(step string) {
 	r.t.Helper()
 	wh := r.open()
 	defer wh.Close()
-	tbl, err := wh.Catalog.LoadTable(r.ctx, tableIdent)
+	for _, ts := range r.tables {
+		r.checkTable(wh, ts, step)
+	}
+}
+
+func (r *run) checkTable(wh *warehouse.Warehouse, ts *tableSim, step string) {
+	r.t.Helper()
+	step = ts.name() + ": " + step
+	tbl, err := wh.Catalog.LoadTable(r.ctx, ts.ident)
 	if err != nil {
-		if len(r.pos) == 0 && len(r.events) == 0 {
+		if len(ts.pos) == 0 && len(ts.events) == 0 {
 			return // a run killed before it created the table
 		}
 		r.fail("%s: loading the table: %v", step, err)
 	}
-	line := r.committed(wh)
-	if line.behind(r.pos) {
-		r.fail("%s: the sink's committed position went back from %v to %v", step, r.pos, line)
+	line := r.committed(wh, ts)
+	if line.behind(ts.pos) {
+		r.fail("%s: the sink's committed position went back from %v to %v", step, ts.pos, line)
 	}
-	r.pos = line
+	ts.pos = line
 	if rep, err := tablelint.Lint(r.ctx, tbl); err != nil || rep.Err() != nil {
 		r.fail("%s: tablelint: %v %v", step, err, rep.Err())
 	}
@@ -415,7 +472,7 @@ func (r *run) check(step string) {
 		}
 		got[k] = slices.Clone(row)
 	}
-	want := r.expected(line)
+	want := r.expected(ts, line)
 	if !reflect.DeepEqual(got, want) {
 		var diffs []string
 		for _, k := range slices.Sorted(maps.Keys(want)) {
@@ -447,7 +504,7 @@ func (r *run) check(step string) {
 		}
 	}
 	// Tags still read what they held.
-	for tag, rows := range r.tags {
+	for tag, rows := range ts.tags {
 		snap := tbl.Metadata().SnapshotByName(tag)
 		if snap == nil {
 			r.fail("%s: tag %s is gone", step, tag)
@@ -475,35 +532,50 @@ func (r *run) check(step string) {
 // killPoints are the named crash points a run may be killed at.
 var killPoints = []string{"keyindex-rebuild", "keyindex-load", "keyindex-resolve", "keyindex-ingest", "keyindex-save", "epoch-committed", "compaction-committed"}
 
-// sink runs the icesink command over the input up to line upto: with
-// kill, once killed (at a crash point or a random moment) and checked,
-// then again to the end.
-func (r *run) sink(upto int, kill bool) {
+// sink runs the icesink command over each table's input up to the share
+// frac of its lines (at least what it was given before): with kill, once
+// killed (at a crash point or a random moment) and checked, then again to
+// the end.
+func (r *run) sink(frac float64, kill bool) {
 	r.t.Helper()
-	if r.cfg.Input == "kafka" {
-		var recs []*kgo.Record
-		for i := r.given; i < upto; i++ {
-			if ch := r.changes[i]; ch != nil {
-				recs = append(recs, &kgo.Record{Topic: "cdc", Partition: ch.part, Value: []byte(r.lines[i])})
+	var in string
+	for _, ts := range r.tables {
+		upto := max(int(frac*float64(len(ts.lines))), ts.given)
+		if r.cfg.Input == "kafka" {
+			var recs []*kgo.Record
+			for i := ts.given; i < upto; i++ {
+				if ch := ts.changes[i]; ch != nil {
+					rec := &kgo.Record{Topic: ts.topic, Partition: ch.part, Value: []byte(ts.lines[i])}
+					if ts.keys[i] != "" {
+						rec.Key = []byte(ts.keys[i])
+					}
+					recs = append(recs, rec)
+				}
+			}
+			if err := r.kafka.ProduceSync(r.ctx, recs...).FirstErr(); err != nil {
+				r.t.Fatal(err)
 			}
 		}
-		if err := r.kafka.ProduceSync(r.ctx, recs...).FirstErr(); err != nil {
+		ts.given = upto
+		in = filepath.Join(r.t.TempDir(), "in.jsonl")
+		if err := os.WriteFile(in, []byte(strings.Join(ts.lines[:upto], "\n")+"\n"), 0o644); err != nil {
 			r.t.Fatal(err)
 		}
 	}
-	r.given = max(r.given, upto)
-	in := filepath.Join(r.t.TempDir(), "in.jsonl")
-	if err := os.WriteFile(in, []byte(strings.Join(r.lines[:upto], "\n")+"\n"), 0o644); err != nil {
-		r.t.Fatal(err)
-	}
+	upto := r.tables[0].given
 	c := r.cfg
-	args := []string{"run", "--warehouse", r.dir, "--table", ident, "--schema", r.schema, "--sink-id", "sim",
+	args := []string{"run", "--warehouse", r.dir, "--sink-id", "sim",
 		"--format-version", strconv.Itoa(c.Version), "--delete-mode", c.DeleteMode, "--writers", strconv.Itoa(c.Writers),
 		"--memory-limit", c.Memory, "--checkpoint-rows", strconv.Itoa(c.CheckpointRows), "--quiet",
 		"--maintain=" + strconv.FormatBool(c.Maintain), "--compact-every", strconv.Itoa(c.CompactEvery), "--compact-min-files", "2",
 		"--commit-interval", strconv.Itoa(c.CommitInterval), "--max-record-size", c.MaxRecord}
 	if c.Retain > 0 {
 		args = append(args, "--retain-snapshots", strconv.Itoa(c.Retain))
+	}
+	if c.Tables > 1 {
+		args = append(args, "--table-template", "sim.{topic}", "--format", "debezium-json")
+	} else {
+		args = append(args, "--table", r.tables[0].name(), "--schema", r.schema)
 	}
 	if r.spec != "" {
 		args = append(args, "--partition-spec", r.spec)
@@ -517,7 +589,11 @@ func (r *run) sink(upto int, kill bool) {
 	case "pipe":
 		args = append(args, "--input", "-")
 	case "kafka":
-		args = append(args, "--kafka-brokers", r.broker, "--topic", "cdc", "--stop-at-end", "--checkpoint-interval", "200ms")
+		var topics []string
+		for _, ts := range r.tables {
+			topics = append(topics, ts.topic)
+		}
+		args = append(args, "--kafka-brokers", r.broker, "--topic", strings.Join(topics, ","), "--stop-at-end", "--checkpoint-interval", "200ms")
 	default:
 		args = append(args, "--input", in)
 	}
@@ -590,14 +666,16 @@ func (r *run) sink(upto int, kill bool) {
 	exec1("", 0)
 	r.logf("run to line %d", upto)
 	r.check("after the run")
-	if want := r.end(); r.pos.behind(want) || want.behind(r.pos) {
-		r.fail("a finished run over lines 1-%d left the table at %v, want %v", upto, r.pos, want)
+	for _, ts := range r.tables {
+		if want := r.end(ts); ts.pos.behind(want) || want.behind(ts.pos) {
+			r.fail("a finished run left table %s at %v, want %v", ts.name(), ts.pos, want)
+		}
 	}
 }
 
 // arrowSchema is the table's schema as iceberg-go writes it.
-func (r *run) arrowSchema() *arrow.Schema {
-	sc, err := table.SchemaToArrowSchema(r.cfg.schema(), nil, true, false)
+func (r *run) arrowSchema(tbl *table.Table) *arrow.Schema {
+	sc, err := table.SchemaToArrowSchema(tbl.Schema(), nil, true, false)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -609,9 +687,13 @@ func (r *run) foreignStep() {
 	r.t.Helper()
 	wh := r.open()
 	defer wh.Close()
-	tbl := r.load(wh)
+	ts := r.tables[r.rng.IntN(len(r.tables))]
+	if _, err := wh.Catalog.LoadTable(r.ctx, ts.ident); err != nil {
+		return // not created yet
+	}
+	tbl := r.load(wh, ts)
 	c := r.cfg
-	at := maps.Clone(r.pos)
+	at := maps.Clone(ts.pos)
 	var snapshotOf = func(t *table.Table) int64 {
 		if s := t.CurrentSnapshot(); s != nil {
 			return s.SnapshotID
@@ -621,7 +703,7 @@ func (r *run) foreignStep() {
 	switch k := r.rng.IntN(8); k {
 	case 0, 1: // an append of keys the input never has
 		n := 1 + r.rng.IntN(5)
-		b := array.NewRecordBuilder(memory.DefaultAllocator, r.arrowSchema())
+		b := array.NewRecordBuilder(memory.DefaultAllocator, r.arrowSchema(tbl))
 		var rows [][]any
 		for range n {
 			r.foreign++
@@ -639,33 +721,40 @@ func (r *run) foreignStep() {
 		}
 		rec := b.NewRecordBatch()
 		b.Release()
-		at2 := array.NewTableFromRecords(r.arrowSchema(), []arrow.RecordBatch{rec})
+		at2 := array.NewTableFromRecords(r.arrowSchema(tbl), []arrow.RecordBatch{rec})
 		rec.Release()
 		nt, err := tbl.AppendTable(r.ctx, at2, 1024, nil)
 		at2.Release()
 		if err != nil {
 			r.fail("a foreign append: %v", err)
 		}
-		r.events = append(r.events, event{at: at, snap: snapshotOf(nt), what: "append", apply: func(m map[string][]any) {
+		ts.events = append(ts.events, event{at: at, snap: snapshotOf(nt), what: "append", apply: func(m map[string][]any) {
 			for _, row := range rows {
 				m[c.key(row)] = row
 			}
 		}})
 		r.logf("foreign append of %d rows at %v", n, at)
 	case 2, 3: // equality deletes of live keys, on the key or (composite) on id alone
-		live := slices.Sorted(maps.Keys(r.expected(at)))
+		live := slices.Sorted(maps.Keys(r.expected(ts, at)))
 		if len(live) == 0 {
 			return
 		}
 		byID := c.Composite && r.rng.IntN(2) == 0
-		ids := []int{1}
-		fields := []arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64, Metadata: arrow.NewMetadata([]string{"PARQUET:field_id"}, []string{"1"})}}
+		fieldID := func(name string) int {
+			f, ok := tbl.Schema().FindFieldByName(name)
+			if !ok {
+				r.fail("table %s has no column %s", ts.name(), name)
+			}
+			return f.ID
+		}
+		ids := []int{fieldID("id")}
+		fields := []arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64, Metadata: arrow.NewMetadata([]string{"PARQUET:field_id"}, []string{strconv.Itoa(ids[0])})}}
 		if c.Composite && !byID {
-			ids = []int{1, 2}
-			fields = append(fields, arrow.Field{Name: "tenant", Type: arrow.BinaryTypes.String, Metadata: arrow.NewMetadata([]string{"PARQUET:field_id"}, []string{"2"})})
+			ids = append(ids, fieldID("tenant"))
+			fields = append(fields, arrow.Field{Name: "tenant", Type: arrow.BinaryTypes.String, Metadata: arrow.NewMetadata([]string{"PARQUET:field_id"}, []string{strconv.Itoa(ids[1])})})
 		}
 		b := array.NewRecordBuilder(memory.DefaultAllocator, arrow.NewSchema(fields, nil))
-		m := r.expected(at)
+		m := r.expected(ts, at)
 		var gone []string
 		delIDs := map[int64]bool{}
 		for range 1 + r.rng.IntN(5) {
@@ -689,7 +778,7 @@ func (r *run) foreignStep() {
 		if err != nil {
 			r.fail("foreign equality deletes: %v", err)
 		}
-		r.events = append(r.events, event{at: at, snap: snapshotOf(nt), what: "equality delete", apply: func(m map[string][]any) {
+		ts.events = append(ts.events, event{at: at, snap: snapshotOf(nt), what: "equality delete", apply: func(m map[string][]any) {
 			if byID {
 				for k, row := range m {
 					if delIDs[row[0].(int64)] {
@@ -704,7 +793,7 @@ func (r *run) foreignStep() {
 		}})
 		r.logf("foreign equality delete of %d keys (by id alone: %v) at %v", len(gone), byID, at)
 	case 4: // a compaction by another engine
-		spark, err := commit.NewCommitter(r.ctx, wh.Catalog, tableIdent, "spark")
+		spark, err := commit.NewCommitter(r.ctx, wh.Catalog, ts.ident, "spark")
 		if err != nil {
 			r.fail("%v", err)
 		}
@@ -728,7 +817,7 @@ func (r *run) foreignStep() {
 			return
 		}
 		target := targets[r.rng.IntN(len(targets))]
-		line := r.positionOf(target.Summary.Properties)
+		line := r.positionOf(ts, target.Summary.Properties)
 		ancestors := map[int64]bool{}
 		for _, s := range table.AncestorsOf(target.SnapshotID, tbl.Metadata().SnapshotByID) {
 			ancestors[s.SnapshotID] = true
@@ -742,16 +831,16 @@ func (r *run) foreignStep() {
 		}
 		// What the rolled-back history held of the other engine stays;
 		// the input after the target's line is written again.
-		kept := r.events[:0]
-		for _, e := range r.events {
+		kept := ts.events[:0]
+		for _, e := range ts.events {
 			if ancestors[e.snap] {
 				kept = append(kept, e)
 			}
 		}
-		r.events = kept
-		r.pos = line
-		for tag := range r.tags {
-			delete(r.tags, tag) // a tag may name a snapshot the rollback left
+		ts.events = kept
+		ts.pos = line
+		for tag := range ts.tags {
+			delete(ts.tags, tag) // a tag may name a snapshot the rollback left
 		}
 		r.logf("rollback to epoch %s (%v) from %v", target.Summary.Properties[commit.PropEpoch], line, at)
 		r.check("after the rollback")
@@ -760,7 +849,7 @@ func (r *run) foreignStep() {
 		if cur == nil {
 			return
 		}
-		tag := fmt.Sprintf("audit-%d", len(r.tags))
+		tag := fmt.Sprintf("audit-%d", len(ts.tags))
 		tx := tbl.NewTransaction()
 		if err := tx.SetProperties(iceberg.Properties{"commit.retry.num-retries": "3"}); err != nil {
 			r.fail("%v", err)
@@ -768,13 +857,13 @@ func (r *run) foreignStep() {
 		if _, err := tx.Commit(r.ctx); err != nil {
 			r.fail("setting properties: %v", err)
 		}
-		if _, _, err := wh.Catalog.CommitTable(r.ctx, tableIdent, nil, []table.Update{table.NewSetSnapshotRefUpdate(tag, cur.SnapshotID, table.TagRef, -1, -1, -1)}); err != nil {
+		if _, _, err := wh.Catalog.CommitTable(r.ctx, ts.ident, nil, []table.Update{table.NewSetSnapshotRefUpdate(tag, cur.SnapshotID, table.TagRef, -1, -1, -1)}); err != nil {
 			r.fail("tagging: %v", err)
 		}
-		if r.tags == nil {
-			r.tags = map[string]int{}
+		if ts.tags == nil {
+			ts.tags = map[string]int{}
 		}
-		r.tags[tag] = len(r.expected(at))
+		ts.tags[tag] = len(r.expected(ts, at))
 		r.logf("tag %s and retry properties at %v", tag, at)
 	case 7: // snapshot expiry by another engine
 		tx := tbl.NewTransaction()
@@ -786,6 +875,7 @@ func (r *run) foreignStep() {
 		}
 		r.logf("foreign snapshot expiry at %v", at)
 	}
+	r.logf("  (table %s)", ts.name())
 	r.check("after the foreign change")
 }
 
@@ -794,7 +884,15 @@ func simulate(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x51e5))
 	cfg := draw(rng)
 	r := &run{t: t, ctx: context.Background(), seed: seed, rng: rng, cfg: cfg, dir: t.TempDir(), keyDir: filepath.Join(t.TempDir(), "keyindex")}
-	r.lines, r.changes = stream(rng, cfg)
+	for i := range cfg.Tables {
+		ts := &tableSim{ident: table.Identifier{"sim", "t"}, topic: "cdc"}
+		if cfg.Tables > 1 {
+			ts.topic = "t" + strconv.Itoa(i)
+			ts.ident = table.Identifier{"sim", ts.topic}
+		}
+		ts.lines, ts.keys, ts.changes = stream(rng, cfg)
+		r.tables = append(r.tables, ts)
+	}
 	b, err := cfg.schema().MarshalJSON()
 	if err != nil {
 		t.Fatal(err)
@@ -810,7 +908,11 @@ func simulate(t *testing.T, seed uint64) {
 		}
 	}
 	if cfg.Input == "kafka" {
-		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(cfg.Partitions), "cdc"))
+		var topics []string
+		for _, ts := range r.tables {
+			topics = append(topics, ts.topic)
+		}
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(cfg.Partitions), topics...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -828,7 +930,7 @@ func simulate(t *testing.T, seed uint64) {
 		// After a rollback the input grows again from the table's
 		// position: a file's lines are read from the start and skipped,
 		// a topic's records sought.
-		r.sink(max(len(r.lines)*p/phases, r.given), rng.IntN(2) == 0)
+		r.sink(float64(p)/float64(phases), rng.IntN(2) == 0)
 		if p < phases {
 			for range rng.IntN(3) {
 				r.foreignStep()
@@ -836,8 +938,11 @@ func simulate(t *testing.T, seed uint64) {
 		}
 	}
 	// A last run over the whole input after what came last.
-	if want := r.end(); r.pos.behind(want) {
-		r.sink(len(r.lines), false)
+	for _, ts := range r.tables {
+		if ts.pos.behind(r.end(ts)) {
+			r.sink(1, false)
+			break
+		}
 	}
 }
 
