@@ -155,6 +155,12 @@ func (o Options) withDefaults(props iceberg.Properties) Options {
 // see exactly. With DeleteByPosition the window's index keeps 3/8 and the
 // table's key index takes 1/8 (it takes each committed window as one
 // sorted run, so its memory tier stays small), the cache split likewise.
+// MinMemoryLimit is the smallest Options.MemoryLimit a bounded writer
+// takes: its window index's share (3/8 of it in position mode) must hold
+// the 64 KiB memory tier an index needs. A shared budget's writer whose
+// share falls below it runs at it.
+const MinMemoryLimit = 176 << 10
+
 func (o *Options) shareBudget() {
 	l := o.MemoryLimit
 	o.Index.MemoryLimit = l / 2

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/icesink/icesink/deltawriter"
 )
 
 // Budget is one memory budget for the writers of several sinks in a
@@ -76,11 +78,14 @@ func (b *Budget) Run(ctx context.Context, every time.Duration) {
 
 // initial is the budget a writer is created with before it takes its
 // share: an even split over the writers expected (its spill read caches
-// keep this size however its share moves).
+// keep this size however its share moves), at least
+// deltawriter.MinMemoryLimit (a table that joins a database whose budget
+// is spread thin runs at the least a writer can, as a share that shrinks
+// below it does).
 func (b *Budget) initial() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.total / int64(max(b.expect, len(b.members)+1))
+	return max(b.total/int64(max(b.expect, len(b.members)+1)), deltawriter.MinMemoryLimit)
 }
 
 // join adds a writer; the shares are computed again.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
+	"github.com/dustin/go-humanize"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/icesink/icesink/changelog"
@@ -368,7 +369,12 @@ func (d *database) round(ctx context.Context, topics, listed []string, regex str
 	var budget *sink.Budget
 	if total := d.base.Writer.MemoryLimit; total > 0 {
 		// One budget for every table's writers, shared by traffic.
-		budget = sink.NewBudget(total, len(topics)*max(d.base.Writers, 1))
+		writers := len(topics) * max(d.base.Writers, 1)
+		if per := total / int64(writers); per < deltawriter.MinMemoryLimit {
+			return nil, nil, fmt.Errorf("%w: --memory-limit %s is the process's budget in a database run: split over %d tables x %d writers it leaves %s a writer, less than the %s a writer needs; give --memory-limit %s or more, or fewer --writers",
+				errUsage, humanize.IBytes(uint64(total)), len(topics), max(d.base.Writers, 1), humanize.IBytes(uint64(per)), humanize.IBytes(deltawriter.MinMemoryLimit), humanize.IBytes(uint64(deltawriter.MinMemoryLimit*int64(writers))))
+		}
+		budget = sink.NewBudget(total, writers)
 		bctx, stopBudget := context.WithCancel(ctx)
 		defer stopBudget()
 		go budget.Run(bctx, time.Second)

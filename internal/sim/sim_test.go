@@ -28,6 +28,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/deltawriter"
 	"github.com/icesink/icesink/internal/tablelint"
 	"github.com/icesink/icesink/warehouse"
 )
@@ -119,6 +120,14 @@ func draw(rng *rand.Rand) config {
 func (c config) String() string {
 	return fmt.Sprintf("v%d %s writers=%d memory=%s maintain=%v/%d partitioned=%v composite=%v input=%s/%d tables=%d checkpoint-rows=%d commit-interval=%d retain=%d max-record=%s key-index=%v lines=%d keys=%d",
 		c.Version, c.DeleteMode, c.Writers, c.Memory, c.Maintain, c.CompactEvery, c.Partitioned, c.Composite, c.Input, c.Partitions, c.Tables, c.CheckpointRows, c.CommitInterval, c.Retain, c.MaxRecord, c.KeyIndex, c.Lines, c.Keys)
+}
+
+// refused reports a configuration icesink refuses at start: a database's
+// memory budget too thin for every table's writers
+// (deltawriter.MinMemoryLimit each).
+func (c config) refused() bool {
+	mem := map[string]int64{"0": 0, "1MiB": 1 << 20, "16MiB": 16 << 20}[c.Memory]
+	return c.Tables > 1 && mem > 0 && mem/int64(c.Tables*c.Writers) < deltawriter.MinMemoryLimit
 }
 
 // schema is the table's schema: (id, name, v) keyed by id, or (id,
@@ -300,6 +309,7 @@ type run struct {
 	broker  string
 	foreign int64
 	log     []string
+	refused bool // the configuration was refused at start, as config.refused expects
 }
 
 // tableSim is one table's input and model.
@@ -639,6 +649,11 @@ func (r *run) sink(frac float64, kill bool) {
 			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL && env != "" {
 				return true
 			}
+			if r.cfg.refused() && ee.ExitCode() == 2 && strings.Contains(stderr.String(), "--memory-limit") && strings.Contains(stderr.String(), "a writer needs") {
+				r.logf("refused as the draw expects: %s", strings.TrimSpace(stderr.String()))
+				r.refused = true
+				return false
+			}
 			r.fail("a run over lines 1-%d exited %d:\n%s", upto, ee.ExitCode(), stderr.String())
 		} else if err != nil {
 			r.t.Fatal(err)
@@ -656,14 +671,23 @@ func (r *run) sink(frac float64, kill bool) {
 			after = time.Duration(50+r.rng.IntN(700)) * time.Millisecond
 			how = "after " + after.String()
 		}
-		if exec1(env, after) {
+		killed := exec1(env, after)
+		if r.refused {
+			return
+		}
+		if killed {
 			r.logf("run to line %d killed %s", upto, how)
 			r.check("after the kill")
 		} else {
 			r.logf("run to line %d ended before its kill %s", upto, how)
 		}
 	}
-	exec1("", 0)
+	if exec1("", 0); r.refused {
+		return
+	}
+	if r.cfg.refused() {
+		r.fail("a configuration below the database's least budget was not refused")
+	}
 	r.logf("run to line %d", upto)
 	r.check("after the run")
 	for _, ts := range r.tables {
@@ -930,7 +954,9 @@ func simulate(t *testing.T, seed uint64) {
 		// After a rollback the input grows again from the table's
 		// position: a file's lines are read from the start and skipped,
 		// a topic's records sought.
-		r.sink(float64(p)/float64(phases), rng.IntN(2) == 0)
+		if r.sink(float64(p)/float64(phases), rng.IntN(2) == 0); r.refused {
+			return
+		}
 		if p < phases {
 			for range rng.IntN(3) {
 				r.foreignStep()
