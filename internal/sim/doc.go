@@ -24,4 +24,5 @@
 //	go test ./internal/sim -run 'TestSimulation/seed=N$' -sim.from N -sim.seeds 1
 //
 // CI runs a fixed set of seeds; -sim.seeds N runs N seeds from -sim.from.
+// With SIM_KEEP=DIR a failing seed's warehouse is copied to DIR.
 package sim

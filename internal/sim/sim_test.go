@@ -339,6 +339,9 @@ func (r *run) logf(format string, a ...any) {
 // fail stops the seed with what it did and how to replay it.
 func (r *run) fail(format string, a ...any) {
 	r.t.Helper()
+	if keep := os.Getenv("SIM_KEEP"); keep != "" {
+		_ = exec.Command("cp", "-r", r.dir, keep).Run()
+	}
 	r.t.Fatalf("seed %d: %s\nconfig: %s\nsteps:\n  %s\nreplay: go test ./internal/sim -run 'TestSimulation/seed=%d$' -sim.from %d -sim.seeds 1 -sim.v",
 		r.seed, fmt.Sprintf(format, a...), r.cfg, strings.Join(r.log, "\n  "), r.seed, r.seed)
 }
