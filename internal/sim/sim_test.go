@@ -661,9 +661,16 @@ func (r *run) sink(frac float64, kill bool) {
 			<-done
 			return true
 		case <-time.After(2 * time.Minute):
-			cmd.Process.Signal(syscall.SIGKILL)
-			<-done
-			r.fail("a run over lines 1-%d still runs after 2 minutes:\n%s", upto, stderr.String())
+			// Its goroutines' stacks (Go prints them on SIGQUIT) say
+			// where it waits.
+			cmd.Process.Signal(syscall.SIGQUIT)
+			select {
+			case <-done:
+			case <-time.After(5 * time.Second):
+				cmd.Process.Signal(syscall.SIGKILL)
+				<-done
+			}
+			r.fail("a run over lines 1-%d still ran after 2 minutes:\n%s", upto, stderr.String())
 		}
 		var ee *exec.ExitError
 		if errors.As(err, &ee) {
