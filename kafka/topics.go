@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -110,4 +112,104 @@ func FirstRecord(ctx context.Context, cfg Config, topic string, stopAtEnd bool) 
 			}
 		}
 	}
+}
+
+// firstRecordsWait is how long FirstRecords waits for the partitions that
+// have not answered once another has.
+const firstRecordsWait = 10 * time.Second
+
+// FirstRecords returns the earliest record that has a value of every
+// partition of topic that holds one now (up to the end offsets when it is
+// called), by partition: a caller naming a table from a topic's events
+// checks that its partitions agree, and takes the same one on every
+// start. A topic none of whose partitions holds one is FirstRecord's case
+// (ErrEmptyTopic with stopAtEnd, else the first record to come).
+func FirstRecords(ctx context.Context, cfg Config, topic string, stopAtEnd bool) ([]*kgo.Record, error) {
+	adm, err := client(cfg, kgo.DisableClientMetrics())
+	if err != nil {
+		return nil, err
+	}
+	ka := kadm.NewClient(adm)
+	starts, err := ka.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	var ends kadm.ListedOffsets
+	if err == nil {
+		ends, err = ka.ListEndOffsets(ctx, topic)
+		if err == nil {
+			err = ends.Error()
+		}
+	}
+	adm.Close()
+	if err != nil {
+		return nil, fmt.Errorf("kafka: offsets of %s: %w%s", topic, err, cfg.Security.hint(err))
+	}
+	want := map[int32]kgo.Offset{}
+	end := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if s, ok := starts.Lookup(topic, o.Partition); ok && o.Offset > s.Offset {
+			want[o.Partition] = kgo.NewOffset().At(s.Offset)
+			end[o.Partition] = o.Offset
+		}
+	})
+	if len(want) == 0 {
+		rec, err := FirstRecord(ctx, cfg, topic, stopAtEnd)
+		if err != nil {
+			return nil, err
+		}
+		return []*kgo.Record{rec}, nil
+	}
+	cl, err := client(cfg, kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: want}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(), kgo.DisableClientMetrics())
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	found := map[int32]*kgo.Record{}
+	for len(end) > 0 {
+		// A partition whose last offsets hold no record (compacted away)
+		// never reaches its end: once one partition answered, the others
+		// get firstRecordsWait to.
+		pctx, cancel := context.WithTimeout(ctx, firstRecordsWait)
+		fs := cl.PollFetches(pctx)
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if fs.Empty() && pctx.Err() != nil && len(found) > 0 {
+			break
+		}
+		for _, fe := range fs.Errors() {
+			if !errors.Is(fe.Err, context.Canceled) && !errors.Is(fe.Err, context.DeadlineExceeded) {
+				return nil, fmt.Errorf("kafka: reading %s: %w%s", topic, fe.Err, cfg.Security.hint(fe.Err))
+			}
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			e, open := end[r.Partition]
+			if !open {
+				return
+			}
+			if r.Value != nil && !r.Attrs.IsControl() {
+				found[r.Partition] = r
+				delete(end, r.Partition)
+				return
+			}
+			if r.Offset+1 >= e {
+				delete(end, r.Partition) // only tombstones and markers
+			}
+		})
+	}
+	if len(found) == 0 {
+		rec, err := FirstRecord(ctx, cfg, topic, stopAtEnd)
+		if err != nil {
+			return nil, err
+		}
+		return []*kgo.Record{rec}, nil
+	}
+	out := make([]*kgo.Record, 0, len(found))
+	for _, p := range slices.Sorted(maps.Keys(found)) {
+		out = append(out, found[p])
+	}
+	return out, nil
 }

@@ -163,6 +163,32 @@ func tableFor(template, topic string, src *changelog.DebeziumSource) (table.Iden
 	return ident, nil
 }
 
+// tableOfSources is the table the first events of the topic's partitions
+// name through template; partitions that name different tables are
+// refused (a topic of {source.*} tables carries one table's events, and
+// which partition answers first must not decide it).
+func tableOfSources(template, topic string, srcs []partitionSource) (table.Identifier, error) {
+	var ident table.Identifier
+	var first int32
+	for i, ps := range srcs {
+		id, err := tableFor(template, topic, &ps.src)
+		if err != nil {
+			return nil, err
+		}
+		if i == 0 {
+			ident, first = id, ps.partition
+			continue
+		}
+		if !slices.Equal(id, ident) {
+			return nil, fmt.Errorf("topic %s: the first event of partition %d names table %s, that of partition %d names %s: a topic under a {source.*} template must carry one table's events; refused", topic, first, strings.Join(ident, "."), ps.partition, strings.Join(id, "."))
+		}
+	}
+	if ident == nil {
+		return nil, fmt.Errorf("topic %s: no event names its table", topic)
+	}
+	return ident, nil
+}
+
 // templatePattern matches the table names template spells: each
 // placeholder stands for one name part (no dot).
 func templatePattern(template string) (*regexp.Regexp, error) {
@@ -535,7 +561,7 @@ func (d *database) runTable(ctx context.Context, topic string, budget *sink.Budg
 	} else {
 		// The round may end before the topic's first record.
 		fctx, cancel := untilStop(ctx, stop)
-		src, err := kf.firstSource(fctx, d.format)
+		srcs, err := kf.firstSources(fctx, d.format)
 		cancel()
 		if errors.Is(err, kafka.ErrEmptyTopic) || err != nil && fctx.Err() != nil {
 			r.skipped = "no records yet; its table is named from the first one's source block"
@@ -545,7 +571,7 @@ func (d *database) runTable(ctx context.Context, topic string, budget *sink.Budg
 			r.err = err
 			return r
 		}
-		if r.ident, r.err = tableFor(d.template, topic, &src); r.err == nil {
+		if r.ident, r.err = tableOfSources(d.template, topic, srcs); r.err == nil {
 			r.err = d.claim(strings.Join(r.ident, "."), topic)
 		}
 	}

@@ -612,6 +612,29 @@ func TestDatabaseSourceNames(t *testing.T) {
 	if stderr, code := run("{source.db}.{source.table}", `cdc-.*`); code != 1 || !strings.Contains(stderr, "both go to table shop.orders") {
 		t.Errorf("two topics into one table: exit %d\n%s", code, stderr)
 	}
+	// A topic whose partitions' first events name different tables: the
+	// partition that answered first decided before (and could differ from
+	// one start to the next); now refused (issue 46 item 10).
+	mixed := func(p int32, table string, id int) *kgo.Record {
+		r := event("cdc-mixed", table, id, id)
+		r.Partition = p
+		return r
+	}
+	if err := c.CreateTopic("cdc-mixed", 2, nil); err != nil {
+		t.Fatal(err)
+	}
+	pcl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcl.Close()
+	if err := pcl.ProduceSync(context.Background(), mixed(0, "payments", 1), mixed(1, "refunds", 2)).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	if stderr, code := run("{source.db}.{source.table}", `cdc-mixed`); code != 1 ||
+		!strings.Contains(stderr, "partition 0 names table shop.payments, that of partition 1 names shop.refunds") {
+		t.Errorf("a topic of two tables: exit %d\n%s", code, stderr)
+	}
 	if stderr, code := run("{source.schema}.{source.table}", `cdc-customers`); code != 1 ||
 		!strings.Contains(stderr, "topic cdc-customers: its events' source block has no schema for {source.schema}") {
 		t.Errorf("a placeholder the source block lacks: exit %d\n%s", code, stderr)

@@ -231,32 +231,43 @@ func (f *kafkaFlags) eventSchema(ctx context.Context, format changelog.Format, k
 	return changelog.SchemaFromConnect(rec.Value, rec.Key, keyColumns...)
 }
 
-// firstSource returns the source block of the topic's first event: the
-// table it comes from, whatever the topic is named.
-func (f *kafkaFlags) firstSource(ctx context.Context, format changelog.Format) (changelog.DebeziumSource, error) {
+// partitionSource is the source block of a partition's first event.
+type partitionSource struct {
+	partition int32
+	src       changelog.DebeziumSource
+}
+
+// firstSources returns the source blocks of the first events of the
+// topic's partitions (kafka.FirstRecords), by partition: the table they
+// come from, whatever the topic is named.
+func (f *kafkaFlags) firstSources(ctx context.Context, format changelog.Format) ([]partitionSource, error) {
 	cfg := kafka.Config{Brokers: strings.Split(f.brokers, ","), Security: f.sec}
-	rec, err := kafka.FirstRecord(ctx, cfg, f.topic, f.stopAtEnd)
+	recs, err := kafka.FirstRecords(ctx, cfg, f.topic, f.stopAtEnd)
 	if err != nil {
-		return changelog.DebeziumSource{}, err
+		return nil, err
 	}
-	var src changelog.DebeziumSource
-	if format == changelog.DebeziumAvro {
-		id, body, herr := (&sr.ConfluentHeader{}).DecodeID(rec.Value)
-		if herr != nil {
-			err = fmt.Errorf("not in the schema registry's wire format: %w", herr)
-		} else {
-			var schema string
-			if schema, err = f.registry.Schema(ctx, id); err == nil {
-				src, err = changelog.SourceOfAvro(schema, body)
+	var out []partitionSource
+	for _, rec := range recs {
+		var src changelog.DebeziumSource
+		if format == changelog.DebeziumAvro {
+			id, body, herr := (&sr.ConfluentHeader{}).DecodeID(rec.Value)
+			if herr != nil {
+				err = fmt.Errorf("not in the schema registry's wire format: %w", herr)
+			} else {
+				var schema string
+				if schema, err = f.registry.Schema(ctx, id); err == nil {
+					src, err = changelog.SourceOfAvro(schema, body)
+				}
 			}
+		} else {
+			src, err = changelog.SourceOfJSON(rec.Value)
 		}
-	} else {
-		src, err = changelog.SourceOfJSON(rec.Value)
+		if err != nil {
+			return nil, fmt.Errorf("topic %s partition %d offset %d: naming its table (--table-template): %w", f.topic, rec.Partition, rec.Offset, err)
+		}
+		out = append(out, partitionSource{partition: rec.Partition, src: src})
 	}
-	if err != nil {
-		return src, fmt.Errorf("topic %s partition %d offset %d: naming its table (--table-template): %w", f.topic, rec.Partition, rec.Offset, err)
-	}
-	return src, nil
+	return out, nil
 }
 
 // decoder returns a decoder of format for the records of the topic.
