@@ -74,6 +74,9 @@ func (c *Committer) mergeVectors(ctx context.Context, payloads []Payload) ([]Pay
 	}
 	var merge []string
 	for ref, r := range refs {
+		if len(r.added) == 0 {
+			return nil, fmt.Errorf("the payloads replace a deletion vector of %s without a new one", ref)
+		}
 		lv, has := live[ref]
 		switch {
 		case len(r.added) != 1:
