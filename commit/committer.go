@@ -216,12 +216,19 @@ func behindKept(meta table.Metadata, seq string) bool {
 	return false
 }
 
+// bookkeeping reports a kept key that records how the position was kept
+// (its snapshot and sequence number, the run's claim, the input's start),
+// not a summary property of the epoch.
+func bookkeeping(key string) bool {
+	return key == propSnapshotID || key == propSequence || key == propRunID || strings.HasPrefix(key, propStart)
+}
+
 // keptCommitted is the position the table properties keep for sinkID.
 func keptCommitted(props iceberg.Properties, sinkID string, epoch uint64) Committed {
 	prefix := PropSinkPrefix + sinkID + "."
 	out := iceberg.Properties{}
 	for k, v := range props {
-		if rest, ok := strings.CutPrefix(k, prefix); ok && "icesink."+rest != propSnapshotID && "icesink."+rest != propSequence && "icesink."+rest != propRunID && !strings.HasPrefix("icesink."+rest, propStart) {
+		if rest, ok := strings.CutPrefix(k, prefix); ok && !bookkeeping("icesink."+rest) {
 			out["icesink."+rest] = v
 		}
 	}
@@ -380,15 +387,7 @@ func (c *Committer) claimOnce(ctx context.Context, runID string) error {
 		return err
 	}
 	if !ok {
-		tx := c.tbl.NewTransaction()
-		if err := tx.SetProperties(set); err != nil {
-			return err
-		}
-		tbl, err := tx.Commit(ctx)
-		if err == nil {
-			c.adopt(ctx, tbl)
-		}
-		return err
+		return c.setProperties(ctx, set, false)
 	}
 	var mans []iceberg.ManifestFile
 	if cur := c.tbl.CurrentSnapshot(); cur != nil {
@@ -705,18 +704,9 @@ func (c *Committer) recordOffsets(ctx context.Context, epoch uint64, props map[s
 			kept[sinkProp(c.sinkID, propSnapshotID)] = strconv.FormatInt(cur.SnapshotID, 10)
 			kept[sinkProp(c.sinkID, propSequence)] = strconv.FormatInt(cur.SequenceNumber, 10)
 		}
-		tx := c.tbl.NewTransaction()
-		if err := tx.AssertRefSnapshotID(table.MainBranch); err != nil {
+		if err := c.setProperties(ctx, kept, true); err != nil {
 			return err
 		}
-		if err := tx.SetProperties(kept); err != nil {
-			return err
-		}
-		tbl, err := tx.Commit(ctx)
-		if err != nil {
-			return err
-		}
-		c.adopt(ctx, tbl)
 		recorded = true
 		return nil
 	})
@@ -724,6 +714,27 @@ func (c *Committer) recordOffsets(ctx context.Context, epoch uint64, props map[s
 		return false, fmt.Errorf("commit: recording the offsets of epoch %d of sink %q: %w", epoch, c.sinkID, err)
 	}
 	return recorded, nil
+}
+
+// setProperties commits set to the table properties alone (with onBranch,
+// only while the branch is at the snapshot the committer holds) and makes
+// the result the committer's table.
+func (c *Committer) setProperties(ctx context.Context, set iceberg.Properties, onBranch bool) error {
+	tx := c.tbl.NewTransaction()
+	if onBranch {
+		if err := tx.AssertRefSnapshotID(table.MainBranch); err != nil {
+			return err
+		}
+	}
+	if err := tx.SetProperties(set); err != nil {
+		return err
+	}
+	tbl, err := tx.Commit(ctx)
+	if err != nil {
+		return err
+	}
+	c.adopt(ctx, tbl)
+	return nil
 }
 
 func (c *Committer) commitOnce(ctx context.Context, epoch uint64, payloads []Payload, props map[string]string) (*table.Table, error) {
@@ -884,15 +895,9 @@ func (c *Committer) KeepStart(ctx context.Context, start map[string]string) (map
 		for k, v := range start {
 			set[sinkProp(c.sinkID, propStart+k)] = v
 		}
-		tx := c.tbl.NewTransaction()
-		if err := tx.SetProperties(set); err != nil {
+		if err := c.setProperties(ctx, set, false); err != nil {
 			return err
 		}
-		tbl, err := tx.Commit(ctx)
-		if err != nil {
-			return err
-		}
-		c.adopt(ctx, tbl)
 		kept = c.KeptStart()
 		return nil
 	})

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/codec"
 	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 	"github.com/apache/iceberg-go/table/dv"
@@ -35,34 +36,37 @@ type refVectors struct {
 // changed.
 func (c *Committer) mergeVectors(ctx context.Context, payloads []Payload) ([]Payload, error) {
 	meta := c.tbl.Metadata()
+	// Only the vectors' entries are decoded (every file's is again by
+	// the commit itself).
 	refs := map[string]*refVectors{}
-	at := func(ref string, owner int) *refVectors {
-		r := refs[ref]
-		if r == nil {
-			r = &refVectors{owner: owner}
-			refs[ref] = r
-		}
-		return r
-	}
-	err := eachFile(meta, payloads, func(p *Payload, f File, df iceberg.DataFile) error {
-		owner := 0 // the payload's index
-		for i := range payloads {
-			if &payloads[i] == p {
-				owner = i
+	for i := range payloads {
+		p := &payloads[i]
+		for _, f := range p.Files {
+			if f.Kind != DeletionVector && f.Kind != ReplacedDeletionVector {
+				continue
+			}
+			schema, spec, err := payloadSchema(meta, p)
+			if err != nil {
+				return nil, err
+			}
+			df, err := codec.DecodeDataFile(f.Entry, *spec, schema, p.FormatVersion)
+			if err != nil {
+				return nil, fmt.Errorf("decoding manifest entry of %s: %w", f.Path, err)
+			}
+			r := refs[f.Ref]
+			if r == nil {
+				r = &refVectors{owner: i}
+				refs[f.Ref] = r
+			}
+			if f.Kind == DeletionVector {
+				r.added = append(r.added, df)
+			} else {
+				r.replaced = append(r.replaced, keyOf(df))
 			}
 		}
-		switch f.Kind {
-		case DeletionVector:
-			r := at(f.Ref, owner)
-			r.added = append(r.added, df)
-		case ReplacedDeletionVector:
-			r := at(f.Ref, owner)
-			r.replaced = append(r.replaced, keyOf(df))
-		}
-		return nil
-	})
-	if err != nil || len(refs) == 0 {
-		return payloads, err
+	}
+	if len(refs) == 0 {
+		return payloads, nil
 	}
 	fsys, err := c.tbl.FS(ctx)
 	if err != nil {

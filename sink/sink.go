@@ -516,12 +516,14 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 		if ss, ok := src.(startingSource); ok && len(offsets) == 0 {
 			// No commit says where the input is: a moving start (Kafka's
 			// latest) is decided once and kept in the table.
-			now, err := ss.StartOffsets(ctx)
-			if err != nil {
-				return res, err
-			}
-			if offsets, err = cm.KeepStart(ctx, now); err != nil {
-				return res, err
+			if offsets = cm.KeptStart(); offsets == nil {
+				now, err := ss.StartOffsets(ctx)
+				if err != nil {
+					return res, err
+				}
+				if offsets, err = cm.KeepStart(ctx, now); err != nil {
+					return res, err
+				}
 			}
 		}
 		if err := osrc.Seek(ctx, offsets, start.Line); err != nil {

@@ -99,6 +99,10 @@ func (f *databaseFlags) topics(list string) []string {
 // source block of a topic's first event.
 var sourcePlaceholders = []string{"{source.name}", "{source.db}", "{source.schema}", "{source.table}"}
 
+// placeholders are every placeholder a --table-template may spell: the
+// topic's parts, then the source block's.
+var placeholders = append([]string{"{topic}", "{server}", "{db}", "{schema}", "{table}"}, sourcePlaceholders...)
+
 // exampleSource stands for an event's source block where the template is
 // only checked.
 func exampleSource() *changelog.DebeziumSource {
@@ -154,7 +158,7 @@ func tableFor(template, topic string, src *changelog.DebeziumSource) (table.Iden
 		return nil, fmt.Errorf("topic %s gives table %q: %w", topic, name, err)
 	}
 	var blank []string
-	for _, p := range append([]string{"{topic}", "{server}", "{db}", "{schema}", "{table}"}, sourcePlaceholders...) {
+	for _, p := range placeholders {
 		blank = append(blank, p, "x")
 	}
 	if want := strings.Count(strings.NewReplacer(blank...).Replace(template), ".") + 1; len(ident) != want {
@@ -196,7 +200,7 @@ func templatePattern(template string) (*regexp.Regexp, error) {
 		return nil, err
 	}
 	quoted := regexp.QuoteMeta(template)
-	for _, p := range append([]string{"{topic}", "{server}", "{db}", "{schema}", "{table}"}, sourcePlaceholders...) {
+	for _, p := range placeholders {
 		quoted = strings.ReplaceAll(quoted, regexp.QuoteMeta(p), `[^.]+`)
 	}
 	return regexp.Compile("^" + quoted + "$")
