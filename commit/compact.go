@@ -10,10 +10,14 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/apache/arrow-go/v18/arrow"
+
 	"github.com/apache/iceberg-go"
 	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 	"github.com/apache/iceberg-go/table/compaction"
+
+	"github.com/icesink/icesink/internal/arrowval"
 )
 
 // PropMaintainedBy marks a snapshot that a sink's own maintenance
@@ -218,8 +222,7 @@ func (c *Committer) compactOnce(ctx context.Context, p Compaction) (Compacted, e
 		return out, err
 	}
 	for _, g := range groups {
-		opts := append(memoryOptions(g.Tasks, limit, group), table.WithCompactionTargetFileSize(target), table.WithCompactionScanConcurrency(1))
-		gr, err := table.ExecuteCompactionGroup(ctx, into, g, opts...)
+		gr, err := compactGroup(ctx, into, g, target, memoryOptions(g.Tasks, limit, group))
 		for _, df := range gr.NewDataFiles {
 			written = append(written, df.FilePath())
 		}
@@ -296,6 +299,10 @@ func rowGroupBytes(limit int64, props iceberg.Properties) int64 {
 	return int64(props.GetInt(table.ParquetRowGroupSizeBytesKey, int(max(limit/8, 1<<20))))
 }
 
+// groupMemory is how a compaction round reads and writes: rows per batch
+// read, batches queued, rows per row group.
+type groupMemory struct{ batchRows, queued, groupRows int }
+
 // memoryOptions size the compaction of tasks to hold about limit bytes,
 // with row groups of group bytes: iceberg-go's defaults (batches of the
 // table's read.parquet.batch-size, 64 of them queued) raised a round's
@@ -303,24 +310,85 @@ func rowGroupBytes(limit int64, props iceberg.Properties) int64 {
 // batches read and queued (a batch in the reader's hands, a queue of 4,
 // one routed, one encoded); a row's size is estimated from the files
 // read, its compressed size in them decoded at most decodedRatio times
-// larger.
-func memoryOptions(tasks []table.FileScanTask, limit, group int64) []table.CompactionGroupOption {
+// larger. iceberg-go cuts a row group by the bytes of its pages already
+// encoded, which lag the values written: the rows a group's bytes hold
+// cut it in time (31 MiB against 37 live in a 16 MiB round).
+func memoryOptions(tasks []table.FileScanTask, limit, group int64) groupMemory {
 	const decodedRatio = 8
 	var rows, bytes int64
 	for _, t := range tasks {
 		rows, bytes = rows+t.File.Count(), bytes+t.File.FileSizeBytes()
 	}
 	stored := max(bytes/max(rows, 1), 1)
-	batch := min(max(limit/4/6/(stored*decodedRatio), 256), 64<<10)
-	return []table.CompactionGroupOption{
-		table.WithCompactionArrowBatchSize(int(batch)),
-		table.WithCompactionRecordBatchBufferSize(4),
-		// iceberg-go cuts a row group by the bytes of its pages already
-		// encoded, which lag the values written: the rows a group's
-		// bytes hold cut it in time (31 MiB against 37 live in a 16 MiB
-		// round).
-		table.WithCompactionParquetRowGroupLimit(int(min(max(group/stored, 4<<10), 1<<20))),
+	return groupMemory{
+		batchRows: int(min(max(limit/4/6/(stored*decodedRatio), 256), 64<<10)),
+		queued:    4,
+		groupRows: int(min(max(group/stored, 4<<10), 1<<20)),
 	}
+}
+
+// compactGroup rewrites the live rows of g's files into new files of tbl
+// (one scan at a time, within mem) and says which files and deletes the
+// new ones replace: iceberg-go's table.ExecuteCompactionGroup, but for
+// the batches it writes, which pass through arrowval.WithValueBuffers
+// (the scanner's delete filter leaves a batch of only empty strings
+// without value bytes, and arrow-go then writes a lower bound above "").
+func compactGroup(ctx context.Context, tbl *table.Table, g table.CompactionTaskGroup, target int64, mem groupMemory) (table.CompactionGroupResult, error) {
+	out := table.CompactionGroupResult{PartitionKey: g.PartitionKey}
+	if len(g.Tasks) == 0 {
+		return out, nil
+	}
+	scanOpts := []table.ScanOption{table.WithMaxConcurrency(1), table.WithArrowBatchSize(mem.batchRows)}
+	writeOpts := []table.WriteRecordOption{
+		table.WithClusteredWrite(), // a group is one partition
+		table.WithTargetFileSize(target),
+		table.WithRecordBatchBufferSize(mem.queued),
+		table.WithParquetRowGroupLimit(mem.groupRows),
+	}
+	// Row lineage is kept when every file has it (iceberg-go's rule: a
+	// group mixing files with and without it drops it).
+	lineage := tbl.Metadata().Version() >= 3 && !slices.ContainsFunc(g.Tasks, func(t table.FileScanTask) bool { return t.FirstRowID == nil })
+	if lineage {
+		scanOpts = append(scanOpts, table.WithRowLineage())
+	}
+	asc, records, err := tbl.Scan(scanOpts...).ReadTasks(ctx, g.Tasks)
+	if err != nil {
+		return out, fmt.Errorf("reading the files of partition %q: %w", g.PartitionKey, err)
+	}
+	if lineage {
+		sc := iceberg.SchemaWithRowLineage(tbl.Schema())
+		if asc, err = table.SchemaToArrowSchemaWithOptions(sc, table.ArrowSchemaOptions{IncludeFieldIDs: true, TableProperties: tbl.Metadata().Properties()}); err != nil {
+			return out, fmt.Errorf("the row-lineage schema of partition %q: %w", g.PartitionKey, err)
+		}
+		writeOpts = append(writeOpts, table.WithPreserveRowLineage(sc))
+	}
+	fixed := func(yield func(arrow.RecordBatch, error) bool) {
+		for rec, err := range records {
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			f := arrowval.WithValueBuffers(rec)
+			rec.Release()
+			if !yield(f, nil) {
+				return
+			}
+		}
+	}
+	for df, err := range table.WriteRecords(ctx, tbl, asc, fixed, writeOpts...) {
+		if err != nil {
+			return out, fmt.Errorf("writing the compacted files of partition %q: %w", g.PartitionKey, err)
+		}
+		out.NewDataFiles = append(out.NewDataFiles, df)
+		out.BytesAfter += df.FileSizeBytes()
+	}
+	for _, t := range g.Tasks {
+		out.OldDataFiles = append(out.OldDataFiles, t.File)
+	}
+	out.SafePosDeletes = table.CollectSafePositionDeletes(g.Tasks)
+	out.SafeDeletionVectors = table.CollectSafeDeletionVectors(g.Tasks)
+	out.BytesBefore = g.TotalSizeBytes
+	return out, nil
 }
 
 // deleteFiles is the number of delete files that apply to t's data file.

@@ -22,6 +22,8 @@ import (
 	iceio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 	"github.com/google/uuid"
+
+	"github.com/icesink/icesink/internal/arrowval"
 )
 
 // WriterProperties returns the Parquet writer properties iceberg-go uses
@@ -324,7 +326,9 @@ func (f *parquetFile) open() error {
 func (f *parquetFile) encode(rec arrow.RecordBatch) {
 	raw := recordBytes(rec)
 	if f.err.Load() == nil {
-		err := f.fw.WriteBuffered(rec)
+		fixed := arrowval.WithValueBuffers(rec)
+		err := f.fw.WriteBuffered(fixed)
+		fixed.Release()
 		f.rgRaw += raw
 		if err == nil && f.rgBytes > 0 && f.rgRaw >= f.rgBytes {
 			err = f.fw.NewBufferedRowGroupChecked()
