@@ -277,9 +277,14 @@ func (m *Machine) register(ev Register) error {
 	return nil
 }
 
-// welcome sends MsgRegistered once the writer's resume epoch is committed.
+// welcome sends MsgRegistered once every epoch to commit up to the
+// writer's resume epoch is committed: the table then holds all the data
+// of its vnodes up to it. An epoch decided without a commit holds none of
+// a joining writer's vnodes (they were vacant, or their writer's leaving
+// aborted it), so it is not waited for: the next epoch needs the
+// writer's report, and waiting would hang it.
 func (m *Machine) welcome(w *writer) {
-	if w.role == roleActive && !w.welcomed && w.resume <= m.lastCommitted {
+	if w.role == roleActive && !w.welcomed && (len(m.commits) == 0 || m.commits[0].epoch > w.resume) {
 		w.welcomed = true
 		m.send(Message{To: w.id, Type: MsgRegistered, Resume: w.resume})
 	}
