@@ -155,6 +155,9 @@ type Source struct {
 	// held is the record the last Next stopped before without blaming it
 	// (DeadLetterHeld may send it away).
 	held *kgo.Record
+	// emptyPolls counts the polls in a row that brought nothing
+	// (StopAtEnd: after two, passEmptyTails looks past emptied batches).
+	emptyPolls int
 	// wantBarrier is set by RequestBarrier; wake interrupts a poll.
 	wantBarrier atomic.Bool
 	wake        chan struct{}
@@ -532,6 +535,19 @@ func (s *Source) Next() (changelog.Record, error) {
 		}
 		if err := s.poll(); err != nil {
 			return changelog.Record{}, err
+		}
+		if s.cfg.StopAtEnd && len(s.buf) == 0 {
+			if s.emptyPolls++; s.emptyPolls >= 2 {
+				s.emptyPolls = 0
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				err := s.passEmptyTails(ctx)
+				cancel()
+				if err != nil {
+					return changelog.Record{}, err
+				}
+			}
+		} else {
+			s.emptyPolls = 0
 		}
 	}
 }
