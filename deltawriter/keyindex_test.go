@@ -398,10 +398,10 @@ func testKeyIndexSaved(t *testing.T, version int, limit int64, spec *iceberg.Par
 }
 
 // TestRebuildBoundsDeleteCache: a rebuild under a small budget does not
-// keep a delete file larger than the budget's delete share in memory (it
-// reads it again for each data file it applies to), and the index is as
-// exact as with an unbounded one. Before, every delete of the table was
-// held while the rebuild ran, outside the budget.
+// keep more positions than the budget's delete share in memory (it reads
+// a delete file again for the data files whose positions it dropped), and
+// the index is as exact as with an unbounded one. Before, every delete of
+// the table was held while the rebuild ran, outside the budget.
 func TestRebuildBoundsDeleteCache(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, simpleSchema, nil)
@@ -437,6 +437,9 @@ func TestRebuildBoundsDeleteCache(t *testing.T) {
 	defer w.Close(ctx)
 	if st := w.Stats(); st.IndexRebuildDeleteRereads == 0 || st.IndexRebuildRows != 10000 {
 		t.Fatalf("rebuild: %d delete files read again, %d rows indexed; want some and 10000", st.IndexRebuildDeleteRereads, st.IndexRebuildRows)
+	}
+	if st := w.Stats(); st.IndexRebuildDeleteRereads > 3 {
+		t.Fatalf("rebuild: the delete file read again %d times for 4 data files", st.IndexRebuildDeleteRereads)
 	}
 	for k := range 20000 {
 		apply(w, deltawriter.Change{Op: deltawriter.Insert, Row: []any{int64(k), "b", int64(9)}})
@@ -661,5 +664,53 @@ func TestRebuildForeignPartialKeyEqualityDeletes(t *testing.T) {
 		t.Errorf("rebuild read %d live rows (want 54), deleted %d old rows (want 3: keys 2, 6 and 7)", st.IndexRebuildRows, st.OldRowsDeleted)
 	}
 	w.Close(ctx)
+	m.check(t, e.tbl)
+}
+
+// TestRebuildReadsEachDeleteFileOnce: one position-delete file over 200
+// data files is read once by a rebuild under a small budget, the
+// positions it deletes being few. Before, the delete file was kept whole
+// (its data files' paths with it) or read again for every data file: 3.3k
+// rows over 3,300 files took 65 s at a 1 MiB budget.
+func TestRebuildReadsEachDeleteFileOnce(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, simpleSchema, nil)
+	m := newModel(t, simpleSchema)
+	w, err := deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apply := func(w *deltawriter.Writer, ch deltawriter.Change) {
+		t.Helper()
+		if err := w.Write(ctx, ch); err != nil {
+			t.Fatal(err)
+		}
+		m.apply(ch)
+	}
+	const files = 200
+	for f := range files {
+		for k := f * 4; k < (f+1)*4; k++ {
+			apply(w, deltawriter.Change{Op: deltawriter.Insert, Row: []any{int64(k), "a", int64(f)}})
+		}
+		e.commitWindow(w, uint64(f+1))
+	}
+	for f := range files { // one row of every file, in one delete file
+		apply(w, deltawriter.Change{Op: deltawriter.Delete, Row: []any{int64(f * 4), nil, nil}})
+	}
+	e.commitWindow(w, files+1)
+	w.Close(ctx)
+
+	w, err = deltawriter.New(ctx, e.tbl, deltawriter.Options{SinkID: "test", MemoryLimit: 256 << 10, SpillDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	if st := w.Stats(); st.IndexRebuildDeleteRereads != 0 || st.IndexRebuildRows != files*3 {
+		t.Fatalf("rebuild: the delete file read again %d times, %d rows indexed; want 0 and %d", st.IndexRebuildDeleteRereads, st.IndexRebuildRows, files*3)
+	}
+	for k := range files * 4 {
+		apply(w, deltawriter.Change{Op: deltawriter.Insert, Row: []any{int64(k), "b", int64(9)}})
+	}
+	e.commitWindow(w, files+2)
 	m.check(t, e.tbl)
 }

@@ -113,43 +113,47 @@ func (w *Writer) buildTableIndex(ctx context.Context, tbl *table.Table, ix *dedu
 		return nil
 	}
 	t.base = snap.SnapshotID
-	tasks, err := tbl.Scan().PlanFiles(ctx)
-	if err != nil {
-		return fmt.Errorf("deltawriter: planning the key index's rebuild: %w", err)
-	}
 	fsys, err := tbl.FS(ctx)
 	if err != nil {
 		return err
 	}
-	r := &rebuilder{w: w, fs: fsys, posDels: map[string]map[string][]int64{}, eqDels: map[string]eqSet{}}
+	plan, err := planRebuild(fsys, snap)
+	if err != nil {
+		return fmt.Errorf("deltawriter: planning the key index's rebuild: %w", err)
+	}
+	r := &rebuilder{w: w, fs: fsys, eqDels: map[string]eqSet{}, pos: newPosDeletes(plan.posDels, plan.paths())}
 	// Each row is looked up (a key live twice is kept twice) in file
 	// order: the runs keep their filters while the rebuild runs.
 	t.ix.SetMaxFilterBytes(-1)
 	defer t.ix.SetMaxFilterBytes(0)
-	for _, task := range tasks {
+	for i := range plan.data {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		r.task = i
+		task := plan.task(i)
 		if err := r.dataFile(ctx, task); err != nil {
 			return fmt.Errorf("deltawriter: rebuilding the key index from %s: %w", task.File.FilePath(), err)
 		}
 		w.failpoint("keyindex-rebuild")
 	}
 	w.stats.IndexRebuildRows += r.rows
-	w.stats.IndexRebuildFiles += len(tasks)
+	w.stats.IndexRebuildFiles += len(plan.data)
 	w.stats.IndexDuplicateKeys += len(t.dups)
 	return nil
 }
 
-// rebuilder reads a table into a tableIndex. Delete files are read once
-// each and kept while the rebuild runs.
+// rebuilder reads a table into a tableIndex. Equality-delete files are
+// read once each and kept while they fit; position-delete files are read
+// once each (see posDeletes).
 type rebuilder struct {
-	w       *Writer
-	fs      iceio.IO
-	posDels map[string]map[string][]int64 // delete file -> data file -> positions
-	eqDels  map[string]eqSet              // delete file -> its keys
-	cached  int64                         // the bytes posDels and eqDels hold (about)
-	rows    int64
+	w      *Writer
+	fs     iceio.IO
+	eqDels map[string]eqSet // delete file -> its keys
+	cached int64            // the bytes eqDels hold (about)
+	pos    *posDeletes      // nil: a task's position deletes are read for it alone
+	task   int              // the index of the data file being read, in pos's order
+	rows   int64
 	// follow: the rows are a compaction's, moved from files the index
 	// points at (not duplicates); moved collects the new rows of keys
 	// the index holds as duplicates.
@@ -162,12 +166,18 @@ func (r *rebuilder) dataFile(ctx context.Context, task table.FileScanTask) error
 	path := task.File.FilePath()
 	var deleted []int64
 	var eqSets []eqSet
-	for _, df := range task.DeleteFiles {
-		byFile, err := r.readPosDeletes(ctx, df.FilePath())
-		if err != nil {
+	if r.pos != nil {
+		var err error
+		if deleted, err = r.pos.of(ctx, r, r.task); err != nil {
 			return err
 		}
-		deleted = append(deleted, byFile[path]...)
+	} else if len(task.DeleteFiles) > 0 {
+		// A file read on its own (a compaction's output, followed).
+		p := newPosDeletes(task.DeleteFiles, []string{path})
+		var err error
+		if deleted, err = p.of(ctx, r, 0); err != nil {
+			return err
+		}
 	}
 	for _, df := range task.DeletionVectorFiles {
 		bm, err := dv.ReadDV(r.fs, df)
@@ -275,31 +285,6 @@ func (r *rebuilder) dataFile(ctx context.Context, task table.FileScanTask) error
 	})
 }
 
-func (r *rebuilder) readPosDeletes(ctx context.Context, path string) (map[string][]int64, error) {
-	if m, ok := r.posDels[path]; ok {
-		return m, nil
-	}
-	m := map[string][]int64{}
-	var size int64
-	err := readParquet(ctx, r.fs, path, nil, func(cols []any) error {
-		p, _ := cols[0].(string)
-		pos, _ := cols[1].(int64)
-		if _, ok := m[p]; !ok {
-			size += int64(len(p)) + 64 // the path, its slice and map entry
-		}
-		m[p] = append(m[p], pos)
-		size += 8
-		return nil
-	}, "file_path", "pos")
-	if err != nil {
-		return nil, err
-	}
-	if r.keep(size) {
-		r.posDels[path] = m
-	}
-	return m, nil
-}
-
 // keep reports whether a delete file read of size bytes may stay cached
 // for the data files after this one. The cache holds at most the delete
 // buffer's share of the budget (Options.MemoryLimit / 8; unbounded
@@ -315,7 +300,6 @@ func (r *rebuilder) keep(size int64) bool {
 		return false
 	}
 	if r.cached+size > limit {
-		clear(r.posDels)
 		clear(r.eqDels)
 		r.cached = 0
 	}

@@ -234,8 +234,9 @@ type Stats struct {
 	// IndexFollowedRows counts the rows Follow read from the files of
 	// this sink's compactions.
 	IndexFollowedRows int64
-	// IndexRebuildDeleteRereads counts the delete files a rebuild read
-	// again for each data file, being too large to keep within the budget.
+	// IndexRebuildDeleteRereads counts the times a rebuild read a delete
+	// file again: the positions it deletes in later data files, or its
+	// equality deletes, did not fit the budget's delete share.
 	IndexRebuildDeleteRereads int
 	// SchemaChanges counts the schema changes Evolve took.
 	SchemaChanges int
