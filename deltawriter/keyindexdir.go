@@ -226,16 +226,22 @@ func (w *Writer) loadTableIndex(ctx context.Context, tbl *table.Table, dir strin
 	w.tidx = t
 	if w.version >= 3 {
 		// The live deletion vectors come from the manifests alone.
-		tasks, err := tbl.Scan().PlanFiles(ctx)
-		if err != nil {
-			return "", fmt.Errorf("deltawriter: planning the table's deletion vectors: %w", err)
-		}
-		for _, task := range tasks {
-			for _, df := range task.DeletionVectorFiles {
-				if w.dvs.live == nil {
-					w.dvs.live = map[string]iceberg.DataFile{}
+		if s := tbl.CurrentSnapshot(); s != nil {
+			fsys, err := tbl.FS(ctx)
+			if err != nil {
+				return "", err
+			}
+			plan, err := planRebuild(fsys, s)
+			if err != nil {
+				return "", fmt.Errorf("deltawriter: listing the table's deletion vectors: %w", err)
+			}
+			for i := range plan.data {
+				for _, df := range plan.task(i).DeletionVectorFiles {
+					if w.dvs.live == nil {
+						w.dvs.live = map[string]iceberg.DataFile{}
+					}
+					w.dvs.live[plan.data[i].df.FilePath()] = df
 				}
-				w.dvs.live[task.File.FilePath()] = df
 			}
 		}
 	}
