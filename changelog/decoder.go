@@ -53,6 +53,7 @@ type Decoder struct {
 	schemaRaw []byte
 	maxLine   int
 	line      int64  // lines consumed
+	first     int64  // the stream's lines before the input (WithFirstLine)
 	long      []byte // assembles lines longer than the read buffer
 	sc        scanner
 	tmp       []byte // number digits
@@ -101,6 +102,21 @@ func WithMaxRecordSize(n int) Option {
 			return fmt.Errorf("changelog: maximum record size %d: want a positive size", n)
 		}
 		d.maxLine = n
+		return nil
+	}
+}
+
+// WithFirstLine makes the decoder's input begin after line n of the
+// stream (a Journal's replay): its records, errors and Skip count the
+// stream's lines.
+func WithFirstLine(n int64) Option {
+	return func(d *Decoder) error {
+		if n < 0 {
+			return fmt.Errorf("changelog: first line %d: want 0 or more", n)
+		}
+		if d.line == 0 { // not again when SetSchema applies the options
+			d.line, d.first = n, n
+		}
 		return nil
 	}
 }
@@ -278,7 +294,8 @@ func messageError(err error) error {
 	return &MessageError{Err: err}
 }
 
-// Skip consumes the next n lines without decoding them, only counting line
+// Skip consumes the input up to line n of the stream (the next n lines
+// without WithFirstLine) without decoding them, only counting line
 // terminators; a final line without a terminator counts as a line. If the
 // input has fewer than n more lines, Skip consumes them all and returns an
 // error wrapping io.ErrUnexpectedEOF.
@@ -286,6 +303,10 @@ func (d *Decoder) Skip(n int64) error {
 	if d.err != nil {
 		return d.err
 	}
+	if n < d.first {
+		return fmt.Errorf("changelog: cannot resume after line %d: the input begins after line %d", n, d.first)
+	}
+	n -= d.first
 	want := n
 	partial := false // consumed bytes of a line whose terminator is not yet seen
 	for n > 0 {

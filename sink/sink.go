@@ -105,6 +105,25 @@ type barrierSession interface {
 	Barriers() <-chan uint64
 }
 
+// lineNotifier is a Source told of the last input line each commit
+// holds (a journal of a pipe frees what it kept of them).
+type lineNotifier interface {
+	CommittedLine(line int64)
+}
+
+// onCommit makes notify hear of each commit of the run's epochs: from
+// the epoch committer, or under a remote coordinator (which commits) from
+// the first writer, which learns of the commits of its epochs.
+func onCommit(ec *epochCommitter, writers []*writer, notify func(Position)) {
+	if ec != nil {
+		ec.mu.Lock()
+		ec.onCommit = notify
+		ec.mu.Unlock()
+	} else {
+		writers[0].onCommit = notify
+	}
+}
+
 // committedNotifier is an OffsetSource told of each commit (a Kafka
 // source commits the offsets to its consumer group, for monitoring).
 type committedNotifier interface {
@@ -539,22 +558,19 @@ func Run(ctx context.Context, cfg Config, src Source) (res Result, err error) {
 					log.Warn("telling the consumer group the committed offsets (monitoring only)", "epoch", p.Epoch, "err", err)
 				}
 			}
-			if ec != nil {
-				ec.mu.Lock()
-				ec.onCommit = notify
-				ec.mu.Unlock()
-			} else {
-				// Under a remote coordinator the process learns of the
-				// commits of its epochs, and tells its own offsets.
-				writers[0].onCommit = notify
+			onCommit(ec, writers, notify)
+		}
+	} else {
+		if start.Line > 0 {
+			if err := src.Skip(start.Line); err != nil {
+				return res, fmt.Errorf("resuming after input line %d (epoch %d is committed): %w", start.Line, start.Epoch, err)
+			}
+			if err := checkInput(cfg, src, start); err != nil {
+				return res, err
 			}
 		}
-	} else if start.Line > 0 {
-		if err := src.Skip(start.Line); err != nil {
-			return res, fmt.Errorf("resuming after input line %d (epoch %d is committed): %w", start.Line, start.Epoch, err)
-		}
-		if err := checkInput(cfg, src, start); err != nil {
-			return res, err
+		if n, ok := src.(lineNotifier); ok {
+			onCommit(ec, writers, func(p Position) { n.CommittedLine(p.Line) })
 		}
 	}
 

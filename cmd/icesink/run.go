@@ -126,11 +126,25 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	var in io.Reader = stdin
 	var inFile *os.File // a file input: reopened for a restart
 	if inf.input != "-" && inf.input != "" {
-		if inFile, err = os.Open(inf.input); err != nil {
+		f, err := os.Open(inf.input)
+		if err != nil {
 			return fmt.Errorf("opening the input: %w", err)
 		}
-		defer func() { inFile.Close() }()
-		in = inFile
+		defer func() { f.Close() }()
+		in = f
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			inFile = f
+		}
+	}
+	// A stream read once (standard input, a pipe, a FIFO) is journaled
+	// from the last commit on: a restart reads it again from there.
+	var journal *changelog.Journal
+	if inFile == nil && !kf.enabled() && !db.enabled() {
+		if journal, err = changelog.NewJournal(in, wopts.SpillDir); err != nil {
+			return err
+		}
+		defer journal.Close()
+		in = journal
 	}
 	wh, err := warehouse.Open(ctx, tf.warehouse, tf.options())
 	if err != nil {
@@ -177,8 +191,13 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	runCtx := ctx
 	var ksrc *kafka.Source
 	if !kf.enabled() {
-		if src, err = changelog.NewDecoder(in, fmtv, tbl.Schema(), decoderOptions(dbz, inf.evolve, inf.maxRecordBytes)...); err != nil {
+		dec, err := changelog.NewDecoder(in, fmtv, tbl.Schema(), decoderOptions(dbz, inf.evolve, inf.maxRecordBytes)...)
+		if err != nil {
 			return fmt.Errorf("table %s: %w", tf.table, err)
+		}
+		src = dec
+		if journal != nil {
+			src = journaled{Decoder: dec, j: journal, head: dec}
 		}
 	}
 	if kf.enabled() && !kf.grouped() {
@@ -204,7 +223,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if kf.grouped() {
 		res, err = kf.runGroup(ctx, cfg, tbl.Schema(), fmtv, dbz, isSet(fs, "vnode-count"), isSet(fs, "checkpoint-rows"), cfg.Logger)
 	} else {
-		in := &restartableInput{file: inFile, kafka: ksrc, kf: &kf, reg: cfg.Registerer, format: fmtv, schema: tbl.Schema(), dbz: dbz}
+		in := &restartableInput{file: inFile, journal: journal, head: journalHead(src), kafka: ksrc, kf: &kf, reg: cfg.Registerer, format: fmtv, schema: tbl.Schema(), dbz: dbz}
 		res, err = in.run(ctx, runCtx, cfg, src, cfg.Logger)
 		inFile, ksrc = in.file, in.kafka // closed by the deferred calls
 	}
@@ -477,17 +496,46 @@ func decoderOptions(dbz changelog.DebeziumOptions, evolve bool, maxRecord int) [
 }
 
 // restartableInput is a run's input that can be opened again: a file
-// (read again from its start; the sink skips the lines the table holds)
-// or a Kafka source (a new one seeks to the table's offsets).
+// (read again from its start; the sink skips the lines the table holds),
+// a stream's journal (read again from its oldest line kept) or a Kafka
+// source (a new one seeks to the table's offsets).
 type restartableInput struct {
-	file   *os.File
-	kafka  *kafka.Source
-	kf     *kafkaFlags
-	reg    prometheus.Registerer
-	format changelog.Format
-	schema *iceberg.Schema
-	dbz    changelog.DebeziumOptions
-	stop   <-chan struct{} // ends a Kafka input; nil: ctx's end
+	file    *os.File
+	journal *changelog.Journal
+	kafka   *kafka.Source
+	kf      *kafkaFlags
+	reg     prometheus.Registerer
+	format  changelog.Format
+	schema  *iceberg.Schema
+	dbz     changelog.DebeziumOptions
+	stop    <-chan struct{}    // ends a Kafka input; nil: ctx's end
+	head    *changelog.Decoder // a journaled stream's first decoder (its identity)
+}
+
+// journaled is a decoder of a journaled stream: the commits it makes
+// free the journal's lines they hold, and the input's identity is the
+// one of the stream's start (head), which a replay no longer reads.
+type journaled struct {
+	*changelog.Decoder
+	j    *changelog.Journal
+	head *changelog.Decoder
+}
+
+// CommittedLine frees the journal's lines a commit holds.
+func (s journaled) CommittedLine(line int64) { s.j.Committed(line) }
+
+// Identity is the stream's identity (changelog.Decoder.Identity).
+func (s journaled) Identity() string { return s.head.Identity() }
+
+// IdentityOf is the stream's (changelog.Decoder.IdentityOf).
+func (s journaled) IdentityOf(n int) string { return s.head.IdentityOf(n) }
+
+// journalHead is src's first decoder when it is a journaled stream.
+func journalHead(src sink.Source) *changelog.Decoder {
+	if j, ok := src.(journaled); ok {
+		return j.head
+	}
+	return nil
 }
 
 // run runs the sink on src. Another writer's commit that landed while the
@@ -497,7 +545,7 @@ type restartableInput struct {
 // a race three times in a row without a commit between stops it.
 func (in *restartableInput) run(ctx, runCtx context.Context, cfg sink.Config, src sink.Source, logger *slog.Logger) (sink.Result, error) {
 	res, err := sink.Run(runCtx, cfg, src)
-	for lost := 0; errors.Is(err, commit.ErrForeignChange) && ctx.Err() == nil && (in.file != nil || in.kafka != nil); {
+	for lost := 0; errors.Is(err, commit.ErrForeignChange) && ctx.Err() == nil && (in.file != nil || in.journal != nil || in.kafka != nil); {
 		if res.Commits == 0 {
 			lost++
 		} else {
@@ -545,6 +593,17 @@ func (in *restartableInput) reopen(ctx context.Context) (sink.Source, error) {
 			}
 		}
 		return in.kafka, nil
+	}
+	if in.journal != nil {
+		r, first, err := in.journal.Replay()
+		if err != nil {
+			return nil, err
+		}
+		dec, err := changelog.NewDecoder(r, in.format, in.schema, append(decoderOptions(in.dbz, in.kf.evolve, in.kf.maxRecord), changelog.WithFirstLine(first))...)
+		if err != nil {
+			return nil, err
+		}
+		return journaled{Decoder: dec, j: in.journal, head: in.head}, nil
 	}
 	f, err := os.Open(in.file.Name())
 	if err != nil {

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"math/rand/v2"
+	"os"
 	"os/exec"
 	"reflect"
 	"slices"
@@ -280,13 +282,20 @@ func appendForeignRows(t *testing.T, wh *warehouse.Warehouse, ids []int64) error
 // sink runs; every append is followed (the writers rebuild their key
 // indexes before the next commit) or, when it lands while the sink is
 // committing, the refused epoch is started again from the table by the
-// command itself. The run exits 0 and the table holds the input's final
-// state and every foreign row. Before, the first foreign commit stopped
-// the run.
+// command itself: a file is read again, a pipe from its journal. The run
+// exits 0 and the table holds the input's final state and every foreign
+// row. Before, the first foreign commit stopped the run, and later the
+// first lost race stopped a run reading a pipe.
 func TestForeignWriterDuringRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the command for seconds")
 	}
+	for _, input := range []string{"file", "pipe"} {
+		t.Run(input, func(t *testing.T) { foreignWriterDuringRun(t, input) })
+	}
+}
+
+func foreignWriterDuringRun(t *testing.T, input string) {
 	rng := rand.New(rand.NewPCG(43, 43))
 	in, lines := stream(t, rng, 30000, 2000)
 	schema := writeSchema(t)
@@ -296,6 +305,15 @@ func TestForeignWriterDuringRun(t *testing.T) {
 	// The table exists before the foreign writer starts.
 	if _, stderr, code := icesink(t, append(slices.Clone(args[:len(args)-1]), "--quiet", "--input", writeLines(t, lines[:1]))...); code != 0 {
 		t.Fatalf("creating the table: %s", stderr)
+	}
+	var stdin io.Reader
+	if input == "pipe" {
+		data, err := os.ReadFile(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args[slices.Index(args, in)] = "-"
+		stdin = bytes.NewReader(data) // exec copies it through a pipe
 	}
 	wh := openWarehouse(t, whDir)
 	stop := make(chan struct{})
@@ -335,7 +353,7 @@ func TestForeignWriterDuringRun(t *testing.T) {
 	cmd := exec.CommandContext(rctx, binary, args...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
 	var out syncBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.Stdout, cmd.Stderr, cmd.Stdin = &out, &out, stdin
 	err := cmd.Run()
 	close(stop)
 	ids := <-appended
@@ -353,5 +371,9 @@ func TestForeignWriterDuringRun(t *testing.T) {
 	if len(ids) == 0 {
 		t.Fatal("no foreign append landed during the run")
 	}
-	t.Logf("%d foreign appends during the run; %d restarts", len(ids), strings.Count(out.String(), "starting again from the table"))
+	restarts := strings.Count(out.String(), "starting again from the table")
+	t.Logf("%d foreign appends during the run; %d restarts", len(ids), restarts)
+	if restarts == 0 {
+		t.Fatal("no commit lost a race to a foreign append: the restart was not tried")
+	}
 }
