@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -715,7 +716,22 @@ func (r *run) sink(frac float64, kill bool) {
 			r.logf("run to line %d ended before its kill %s", upto, how)
 		}
 	}
-	if exec1("", 0); r.refused {
+	// Another engine may append while the last run commits.
+	var raced <-chan []event
+	stopRace := make(chan struct{})
+	endRace := sync.OnceFunc(func() { close(stopRace) })
+	defer endRace() // also when the run fails the seed
+	if c.Tables == 1 && c.Input != "kafka" && r.rng.IntN(3) == 0 {
+		raced = r.raceAppends(r.tables[0], stopRace)
+	}
+	exec1("", 0)
+	endRace()
+	if raced != nil {
+		evs := <-raced
+		r.tables[0].events = append(r.tables[0].events, evs...)
+		r.logf("%d foreign appends raced the run", len(evs))
+	}
+	if r.refused {
 		return
 	}
 	if r.cfg.refused() {
@@ -748,6 +764,85 @@ func (r *run) arrowSchema(tbl *table.Table) *arrow.Schema {
 }
 
 // foreignStep lets another engine change the table between two runs.
+// appendForeign appends n rows of keys the input never has to tbl, as
+// another engine does.
+func (r *run) appendForeign(tbl *table.Table, n int) ([][]any, *table.Table, error) {
+	b := array.NewRecordBuilder(memory.DefaultAllocator, r.arrowSchema(tbl))
+	defer b.Release()
+	var rows [][]any
+	for range n {
+		r.foreign++
+		id := 1_000_000 + r.foreign
+		row := r.cfg.row(id, "f", "foreign", -id)
+		rows = append(rows, row)
+		for i, v := range row {
+			switch v := v.(type) {
+			case int64:
+				b.Field(i).(*array.Int64Builder).Append(v)
+			case string:
+				b.Field(i).(*array.StringBuilder).Append(v)
+			}
+		}
+	}
+	rec := b.NewRecordBatch()
+	at := array.NewTableFromRecords(r.arrowSchema(tbl), []arrow.RecordBatch{rec})
+	rec.Release()
+	defer at.Release()
+	nt, err := tbl.AppendTable(r.ctx, at, 1024, nil)
+	return rows, nt, err
+}
+
+// appendEvent is a foreign append of rows in the snapshot of sequence
+// number seq, landed with the input committed up to at.
+func (r *run) appendEvent(at position, seq int64, rows [][]any) event {
+	c := r.cfg
+	return event{at: at, seq: seq, what: "append", apply: func(m map[string][]any) {
+		for _, row := range rows {
+			m[c.key(row)] = row
+		}
+	}}
+}
+
+// raceAppends appends a foreign row after each commit of the sink to
+// ts's table until stop is closed: between two commits, or racing the
+// next one (the sink then starts again from the table: a file read
+// again, a pipe from its journal). It returns the appends made.
+func (r *run) raceAppends(ts *tableSim, stop <-chan struct{}) <-chan []event {
+	out := make(chan []event, 1)
+	wh := r.open()
+	at := maps.Clone(ts.pos)
+	go func() {
+		defer wh.Close()
+		var evs []event
+		defer func() { out <- evs }()
+		var seen int64
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			tbl, err := wh.Catalog.LoadTable(r.ctx, ts.ident)
+			if err != nil {
+				continue
+			}
+			cur := tbl.CurrentSnapshot()
+			if cur == nil || cur.SnapshotID == seen || cur.Summary == nil || cur.Summary.Properties[commit.PropSinkID] != "sim" {
+				continue
+			}
+			seen = cur.SnapshotID
+			rows, nt, err := r.appendForeign(tbl, 1)
+			if err != nil {
+				continue // lost a race to the sink: the next commit
+			}
+			// Keys the input never has: where it lands among the
+			// input's changes makes no difference.
+			evs = append(evs, r.appendEvent(at, nt.CurrentSnapshot().SequenceNumber, rows))
+		}
+	}()
+	return out
+}
+
 func (r *run) foreignStep() {
 	r.t.Helper()
 	wh := r.open()
@@ -768,36 +863,11 @@ func (r *run) foreignStep() {
 	switch k := r.rng.IntN(8); k {
 	case 0, 1: // an append of keys the input never has
 		n := 1 + r.rng.IntN(5)
-		b := array.NewRecordBuilder(memory.DefaultAllocator, r.arrowSchema(tbl))
-		var rows [][]any
-		for range n {
-			r.foreign++
-			id := 1_000_000 + r.foreign
-			row := c.row(id, "f", "foreign", -id)
-			rows = append(rows, row)
-			for i, v := range row {
-				switch v := v.(type) {
-				case int64:
-					b.Field(i).(*array.Int64Builder).Append(v)
-				case string:
-					b.Field(i).(*array.StringBuilder).Append(v)
-				}
-			}
-		}
-		rec := b.NewRecordBatch()
-		b.Release()
-		at2 := array.NewTableFromRecords(r.arrowSchema(tbl), []arrow.RecordBatch{rec})
-		rec.Release()
-		nt, err := tbl.AppendTable(r.ctx, at2, 1024, nil)
-		at2.Release()
+		rows, nt, err := r.appendForeign(tbl, n)
 		if err != nil {
 			r.fail("a foreign append: %v", err)
 		}
-		ts.events = append(ts.events, event{at: at, seq: snapshotOf(nt), what: "append", apply: func(m map[string][]any) {
-			for _, row := range rows {
-				m[c.key(row)] = row
-			}
-		}})
+		ts.events = append(ts.events, r.appendEvent(at, snapshotOf(nt), rows))
 		r.logf("foreign append of %d rows at %v", n, at)
 	case 2, 3: // equality deletes of live keys, on the key or (composite) on id alone
 		live := slices.Sorted(maps.Keys(r.expected(ts, at)))
