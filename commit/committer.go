@@ -554,9 +554,10 @@ func (c *Committer) Commit(ctx context.Context, epoch uint64, payloads []Payload
 		return res, err
 	}
 	for attempt := 0; ; attempt++ {
-		if c.stale || !knowsSchemas(c.tbl.Metadata(), payloads) {
+		if c.stale || !knowsSchemas(c.tbl.Metadata(), payloads) || !knowsBases(c.tbl.Metadata(), payloads) {
 			// (A payload written after a schema change names a schema a
-			// table loaded before it lacks.)
+			// table loaded before it lacks; a writer of another process
+			// built its index from a snapshot newer than this table.)
 			if err := c.Refresh(ctx); err != nil {
 				return res, err
 			}
@@ -820,6 +821,17 @@ func eachFile(meta table.Metadata, payloads []Payload, fn func(p *Payload, f Fil
 }
 
 // knowsSchemas reports whether meta holds the schema of every payload.
+// knowsBases reports whether meta holds the snapshot every key-indexed
+// payload's index was built from.
+func knowsBases(meta table.Metadata, payloads []Payload) bool {
+	for i := range payloads {
+		if p := &payloads[i]; p.KeyIndexed && p.BaseSnapshot > 0 && meta.SnapshotByID(p.BaseSnapshot) == nil {
+			return false
+		}
+	}
+	return true
+}
+
 func knowsSchemas(meta table.Metadata, payloads []Payload) bool {
 	for i := range payloads {
 		if _, _, err := payloadSchema(meta, &payloads[i]); err != nil {

@@ -36,6 +36,13 @@ var (
 	// the epoch again cannot help: it fails at once instead of after
 	// Config.CommitAttempts.
 	ErrPermanent = errors.New("coordinator: permanent commit failure")
+	// ErrStale, wrapped by an EpochCommitter's error, says that the epoch
+	// cannot be committed as its writers prepared it: the table changed
+	// under it (another writer's commit won the race, a rollback). The
+	// coordinator drops it and every recorded epoch after it (prepared on
+	// the same table), and aborts the windows: the writers read their
+	// input again from what the table holds.
+	ErrStale = errors.New("coordinator: the table changed under the epoch")
 	// ErrCommitFailed means the committer failed an epoch after all
 	// attempts. The epoch stays recorded: a restarted coordinator commits it
 	// during recovery. Writers keep its files.

@@ -520,6 +520,10 @@ func (m *Machine) commitDone(ev CommitDone) {
 		panic(fmt.Sprintf("coordinator: CommitDone for epoch %d, which is not committing", ev.Epoch))
 	}
 	c.running = false
+	if ev.Err != nil && errors.Is(ev.Err, ErrStale) {
+		m.dropStale(c, ev.Err)
+		return
+	}
 	if ev.Err != nil {
 		if c.attempts >= m.cfg.CommitAttempts || errors.Is(ev.Err, ErrPermanent) {
 			m.fail(c, &CommitError{Epoch: c.epoch, Attempts: c.attempts, Err: ev.Err})
@@ -544,6 +548,18 @@ func (m *Machine) commitDone(ev CommitDone) {
 	for _, w := range m.sortedWriters() {
 		m.welcome(w)
 	}
+}
+
+// dropStale drops commit epoch c, which the table changed under, and the
+// recorded epochs after it, and aborts the windows: the writers start again
+// from what the table holds, after the last committed epoch. The state
+// persisted next has none of them (a crash before that finds c recorded,
+// and the recovery's check of the table drops it again).
+func (m *Machine) dropStale(c *commitEpoch, err error) {
+	m.logf("epoch %d: the table changed under it; dropped with %d recorded epochs after it: %v", c.epoch, len(m.commits)-1, err)
+	m.commits = nil
+	m.dirty = true
+	m.abort(fmt.Errorf("coordinator: epoch %d dropped: %w", c.epoch, err))
 }
 
 // fail gives up after a commit that cannot be done: everything unrecorded is

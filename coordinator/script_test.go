@@ -138,7 +138,11 @@ func (r *scriptRunner) run(b scriptBlock) string {
 	}
 	errArg := func() error {
 		if s, ok := kv["err"]; ok {
-			return errors.New(strings.ReplaceAll(s, "_", " "))
+			err := errors.New(strings.ReplaceAll(s, "_", " "))
+			if _, stale := kv["stale"]; stale {
+				err = fmt.Errorf("%w: %w", ErrStale, err)
+			}
+			return err
 		}
 		return nil
 	}

@@ -205,7 +205,7 @@ func (d *Database) committer(ctx context.Context, t *dbTable) (*epochCommitter, 
 
 // CommitEpoch commits each table's payloads of epoch in its own
 // transaction, a few tables at a time. A table whose commit fails for good
-// (coordinator.ErrPermanent) is marked for its writers and does not fail
+// (coordinator.ErrPermanent, ErrStale) is marked for its writers and does not fail
 // the epoch; any other failure does, and the retry skips the tables
 // committed already (commits are idempotent per epoch).
 func (d *Database) CommitEpoch(ctx context.Context, epoch uint64, payloads [][]byte) error {
@@ -252,7 +252,7 @@ func (d *Database) commitTable(ctx context.Context, epoch uint64, name string, p
 		return nil
 	}
 	err = fmt.Errorf("table %s: %w", name, err)
-	if !errors.Is(err, coordinator.ErrPermanent) {
+	if !errors.Is(err, coordinator.ErrPermanent) && !errors.Is(err, coordinator.ErrStale) {
 		return err
 	}
 	// The other tables' commits stand; this table's window is dropped

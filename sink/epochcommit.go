@@ -241,7 +241,13 @@ func (e *epochCommitter) CommitEpoch(ctx context.Context, epoch uint64, payloads
 	}
 	t0 := time.Now()
 	res, err := e.cm.Commit(ctx, epoch, ps, props)
-	if errors.Is(err, commit.ErrForeignChange) || errors.Is(err, commit.ErrForeignPayload) || errors.Is(err, commit.ErrFenced) {
+	switch {
+	case errors.Is(err, commit.ErrForeignChange):
+		// The table changed under the epoch (another writer's commit won
+		// the race, a rollback): the coordinator drops it and the writers
+		// read their input again from what the table holds.
+		return fmt.Errorf("%w: %w", coordinator.ErrStale, err)
+	case errors.Is(err, commit.ErrForeignPayload) || errors.Is(err, commit.ErrFenced):
 		return fmt.Errorf("%w: %w", coordinator.ErrPermanent, err) // another attempt sees the same table
 	}
 	if err != nil {
