@@ -89,6 +89,7 @@ type config struct {
 	Retain         int    // --retain-snapshots (0: the default)
 	MaxRecord      string // --max-record-size
 	KeyIndex       bool   // the key index kept between runs (--key-index-dir)
+	Evolve         int    // a database: from this line of a topic on, its events carry one more column, w (0: never)
 	Lines, Keys    int    // the stream's length and key space
 }
 
@@ -117,6 +118,9 @@ func draw(rng *rand.Rand) config {
 		// A database: debezium-json events with Connect schemas, each
 		// topic into a table created from them (no partition spec).
 		c.Tables, c.Partitioned = 2+rng.IntN(2), false
+		if rng.IntN(2) == 0 {
+			c.Evolve = 1 + rng.IntN(c.Lines)
+		}
 	} else {
 		c.Tables = 1
 	}
@@ -124,8 +128,8 @@ func draw(rng *rand.Rand) config {
 }
 
 func (c config) String() string {
-	return fmt.Sprintf("v%d %s writers=%d memory=%s maintain=%v/%d partitioned=%v composite=%v input=%s/%d tables=%d checkpoint-rows=%d commit-interval=%d retain=%d max-record=%s key-index=%v lines=%d keys=%d",
-		c.Version, c.DeleteMode, c.Writers, c.Memory, c.Maintain, c.CompactEvery, c.Partitioned, c.Composite, c.Input, c.Partitions, c.Tables, c.CheckpointRows, c.CommitInterval, c.Retain, c.MaxRecord, c.KeyIndex, c.Lines, c.Keys)
+	return fmt.Sprintf("v%d %s writers=%d memory=%s maintain=%v/%d partitioned=%v composite=%v input=%s/%d tables=%d checkpoint-rows=%d commit-interval=%d retain=%d max-record=%s key-index=%v lines=%d keys=%d evolve=%d",
+		c.Version, c.DeleteMode, c.Writers, c.Memory, c.Maintain, c.CompactEvery, c.Partitioned, c.Composite, c.Input, c.Partitions, c.Tables, c.CheckpointRows, c.CommitInterval, c.Retain, c.MaxRecord, c.KeyIndex, c.Lines, c.Keys, c.Evolve)
 }
 
 // refused reports a configuration icesink refuses at start: a database's
@@ -240,8 +244,15 @@ func stream(rng *rand.Rand, c config) (lines, keys []string, changes []*change) 
 			fmt.Fprintf(&data, `,"name":%q`, name)
 		}
 		fmt.Fprintf(&data, `,"v":%d`, v)
+		evolved := c.Evolve > 0 && len(lines) >= c.Evolve-1
+		if evolved {
+			// The source added a column: the table follows (--evolve-schema).
+			w := rng.Int64N(100)
+			fmt.Fprintf(&data, `,"w":%d`, w)
+			row = append(row, w)
+		}
 		if c.Tables > 1 {
-			lines = append(lines, debeziumEvent(c, del, data.String()))
+			lines = append(lines, debeziumEvent(c, del, evolved, data.String()))
 			keys = append(keys, debeziumKey(c, id, tenant))
 		} else {
 			lines = append(lines, fmt.Sprintf(`{"op":%q,"data":{%s}}`, op, data.String()))
@@ -268,12 +279,15 @@ func stream(rng *rand.Rand, c config) (lines, keys []string, changes []*change) 
 
 // debeziumEvent is a debezium-json event with its Kafka Connect schema: a
 // create (an upsert) of the row data, or a delete with data as before.
-func debeziumEvent(c config, del bool, data string) string {
+func debeziumEvent(c config, del, evolved bool, data string) string {
 	fields := `{"type":"int64","field":"id"},`
 	if c.Composite {
 		fields += `{"type":"string","field":"tenant"},`
 	}
 	fields += `{"type":"string","optional":true,"field":"name"},{"type":"int64","field":"v"}`
+	if evolved {
+		fields += `,{"type":"int64","optional":true,"field":"w"}`
+	}
 	schema := `{"type":"struct","fields":[{"type":"struct","optional":true,"field":"before","fields":[` + fields +
 		`]},{"type":"struct","optional":true,"field":"after","fields":[` + fields + `]},{"type":"string","field":"op"}]}`
 	if del {
@@ -507,9 +521,12 @@ func (r *run) checkTable(wh *warehouse.Warehouse, ts *tableSim, step string) {
 		if prev, dup := got[k]; dup {
 			r.fail("%s: key %s read twice: %v and %v", step, k, prev, row)
 		}
-		got[k] = slices.Clone(row)
+		got[k] = trimNulls(slices.Clone(row))
 	}
 	want := r.expected(ts, line)
+	for k, row := range want {
+		want[k] = trimNulls(row)
+	}
 	if !reflect.DeepEqual(got, want) {
 		var diffs []string
 		for _, k := range slices.Sorted(maps.Keys(want)) {
@@ -754,6 +771,15 @@ func (r *run) sink(frac float64, kill bool) {
 	}
 }
 
+// trimNulls drops a row's trailing nulls: a column the source added (w)
+// reads back null in rows written before it, and the model's rows lack it.
+func trimNulls(row []any) []any {
+	for len(row) > 0 && row[len(row)-1] == nil {
+		row = row[:len(row)-1]
+	}
+	return row
+}
+
 // arrowSchema is the table's schema as iceberg-go writes it.
 func (r *run) arrowSchema(tbl *table.Table) *arrow.Schema {
 	sc, err := table.SchemaToArrowSchema(tbl.Schema(), nil, true, false)
@@ -763,7 +789,6 @@ func (r *run) arrowSchema(tbl *table.Table) *arrow.Schema {
 	return sc
 }
 
-// foreignStep lets another engine change the table between two runs.
 // appendForeign appends n rows of keys the input never has to tbl, as
 // another engine does.
 func (r *run) appendForeign(tbl *table.Table, n int) ([][]any, *table.Table, error) {
@@ -782,6 +807,11 @@ func (r *run) appendForeign(tbl *table.Table, n int) ([][]any, *table.Table, err
 			case string:
 				b.Field(i).(*array.StringBuilder).Append(v)
 			}
+		}
+	}
+	for i := len(r.cfg.row(0, "", nil, 0)); i < b.Schema().NumFields(); i++ {
+		for range n {
+			b.Field(i).AppendNull() // a column the source added since
 		}
 	}
 	rec := b.NewRecordBatch()
@@ -843,6 +873,7 @@ func (r *run) raceAppends(ts *tableSim, stop <-chan struct{}) <-chan []event {
 	return out
 }
 
+// foreignStep lets another engine change the table between two runs.
 func (r *run) foreignStep() {
 	r.t.Helper()
 	wh := r.open()
