@@ -25,6 +25,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -90,6 +91,7 @@ type config struct {
 	MaxRecord      string // --max-record-size
 	KeyIndex       bool   // the key index kept between runs (--key-index-dir)
 	Evolve         int    // a database: from this line of a topic on, its events carry one more column, w (0: never)
+	NewTopic       bool   // a database: its last topic appears after the first run (--topic-regex)
 	Lines, Keys    int    // the stream's length and key space
 }
 
@@ -121,6 +123,7 @@ func draw(rng *rand.Rand) config {
 		if rng.IntN(2) == 0 {
 			c.Evolve = 1 + rng.IntN(c.Lines)
 		}
+		c.NewTopic = rng.IntN(2) == 0 && !c.refused() // (a first run of fewer tables is not refused)
 	} else {
 		c.Tables = 1
 	}
@@ -128,8 +131,8 @@ func draw(rng *rand.Rand) config {
 }
 
 func (c config) String() string {
-	return fmt.Sprintf("v%d %s writers=%d memory=%s maintain=%v/%d partitioned=%v composite=%v input=%s/%d tables=%d checkpoint-rows=%d commit-interval=%d retain=%d max-record=%s key-index=%v lines=%d keys=%d evolve=%d",
-		c.Version, c.DeleteMode, c.Writers, c.Memory, c.Maintain, c.CompactEvery, c.Partitioned, c.Composite, c.Input, c.Partitions, c.Tables, c.CheckpointRows, c.CommitInterval, c.Retain, c.MaxRecord, c.KeyIndex, c.Lines, c.Keys, c.Evolve)
+	return fmt.Sprintf("v%d %s writers=%d memory=%s maintain=%v/%d partitioned=%v composite=%v input=%s/%d tables=%d checkpoint-rows=%d commit-interval=%d retain=%d max-record=%s key-index=%v lines=%d keys=%d evolve=%d new-topic=%v",
+		c.Version, c.DeleteMode, c.Writers, c.Memory, c.Maintain, c.CompactEvery, c.Partitioned, c.Composite, c.Input, c.Partitions, c.Tables, c.CheckpointRows, c.CommitInterval, c.Retain, c.MaxRecord, c.KeyIndex, c.Lines, c.Keys, c.Evolve, c.NewTopic)
 }
 
 // refused reports a configuration icesink refuses at start: a database's
@@ -332,6 +335,7 @@ type run struct {
 	foreign int64
 	log     []string
 	refused bool // the configuration was refused at start, as config.refused expects
+	runs    int  // sink runs started (sink)
 }
 
 // tableSim is one table's input and model.
@@ -345,6 +349,7 @@ type tableSim struct {
 	given   int            // input lines given to the sink so far
 	pos     position       // the sink's committed position, last seen
 	tags    map[string]int // tag -> live rows it held
+	late    bool           // its topic is created after the first run (Config.NewTopic)
 }
 
 func (ts *tableSim) name() string { return strings.Join(ts.ident, ".") }
@@ -593,7 +598,18 @@ var killPoints = []string{"keyindex-rebuild", "keyindex-load", "keyindex-resolve
 func (r *run) sink(frac float64, kill bool) {
 	r.t.Helper()
 	var in string
+	r.runs++
 	for _, ts := range r.tables {
+		if ts.late {
+			if r.runs == 1 {
+				continue // the topic does not exist yet
+			}
+			if _, err := kadm.NewClient(r.kafka).CreateTopic(r.ctx, int32(r.cfg.Partitions), 1, nil, ts.topic); err != nil {
+				r.t.Fatal(err)
+			}
+			ts.late = false
+			r.logf("topic %s created", ts.topic)
+		}
 		upto := max(int(frac*float64(len(ts.lines))), ts.given)
 		if r.cfg.Input == "kafka" {
 			var recs []*kgo.Record
@@ -647,7 +663,12 @@ func (r *run) sink(frac float64, kill bool) {
 		for _, ts := range r.tables {
 			topics = append(topics, ts.topic)
 		}
-		args = append(args, "--kafka-brokers", r.broker, "--topic", strings.Join(topics, ","), "--stop-at-end", "--checkpoint-interval", "200ms")
+		if c.NewTopic {
+			// A topic created later is found by the next run's start.
+			args = append(args, "--kafka-brokers", r.broker, "--topic-regex", "t[0-9]+", "--stop-at-end", "--checkpoint-interval", "200ms")
+		} else {
+			args = append(args, "--kafka-brokers", r.broker, "--topic", strings.Join(topics, ","), "--stop-at-end", "--checkpoint-interval", "200ms")
+		}
 	default:
 		args = append(args, "--input", in)
 	}
@@ -1073,6 +1094,10 @@ func simulate(t *testing.T, seed uint64) {
 		var topics []string
 		for _, ts := range r.tables {
 			topics = append(topics, ts.topic)
+		}
+		if cfg.NewTopic {
+			topics = topics[:len(topics)-1]
+			r.tables[len(r.tables)-1].late = true
 		}
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(cfg.Partitions), topics...))
 		if err != nil {
