@@ -3,14 +3,17 @@
 // version, delete mode, writers, memory budget, maintenance and its
 // period, partitioning, a single or composite key, file, pipe or Kafka
 // input (an in-process broker of 1-3 partitions; one table, or a database
-// of 2-3 topics of debezium-json events into tables created from them),
+// of 2-3 topics of debezium-json events into tables created from them,
+// whose events may add a column mid-stream and whose last topic may appear
+// only after the first run, found by --topic-regex),
 // checkpoint size, commit
 // interval, snapshot retention, record-size limit, a kept or no key
 // index) and a schedule (the icesink
 // command killed with SIGKILL at named crash points or at random moments,
 // and between runs another engine's appends, equality deletes on the key
 // or part of it, compactions, tags, snapshot expiry, retry properties and
-// rollbacks), runs the icesink binary through it, and after every step
+// rollbacks; during the last run, appends racing its commits), runs the
+// icesink binary through it, and after every step
 // checks the table, read back through iceberg-go's scanner and
 // internal/tablelint, against a model of the stream and the other
 // engine's changes: no key twice, nothing half-committed, every epoch at
@@ -23,6 +26,7 @@
 //
 //	go test ./internal/sim -run 'TestSimulation/seed=N$' -sim.from N -sim.seeds 1
 //
-// CI runs a fixed set of seeds; -sim.seeds N runs N seeds from -sim.from.
+// CI runs a fixed set of seeds and the seeds that found a defect
+// (foundSeeds); -sim.seeds N runs N seeds from -sim.from.
 // With SIM_KEEP=DIR a failing seed's warehouse is copied to DIR.
 package sim
