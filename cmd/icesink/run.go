@@ -141,10 +141,14 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	var journal *changelog.Journal
 	if inFile == nil && !kf.enabled() && !db.enabled() {
 		if journal, err = changelog.NewJournal(in, wopts.SpillDir); err != nil {
-			return err
+			// A read-only temporary folder: the run goes on, and a commit
+			// lost to another writer stops it instead.
+			fmt.Fprintf(stderr, "icesink: warning: no journal of the input (a commit lost to another writer's stops the run; give --spill-dir): %v\n", err)
+			journal = nil
+		} else {
+			defer journal.Close()
+			in = journal
 		}
-		defer journal.Close()
-		in = journal
 	}
 	wh, err := warehouse.Open(ctx, tf.warehouse, tf.options())
 	if err != nil {
