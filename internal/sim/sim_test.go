@@ -28,7 +28,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sr"
+	"github.com/twmb/franz-go/pkg/sr/srfake"
 
+	"github.com/icesink/icesink/changelog"
 	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/deltawriter"
 	"github.com/icesink/icesink/internal/tablelint"
@@ -92,6 +95,7 @@ type config struct {
 	KeyIndex       bool   // the key index kept between runs (--key-index-dir)
 	Evolve         int    // a database: from this line of a topic on, its events carry one more column, w (0: never)
 	NewTopic       bool   // a database: its last topic appears after the first run (--topic-regex)
+	Avro           bool   // one table over Kafka: debezium-avro events through a schema registry
 	Lines, Keys    int    // the stream's length and key space
 }
 
@@ -126,13 +130,14 @@ func draw(rng *rand.Rand) config {
 		c.NewTopic = rng.IntN(2) == 0 && !c.refused() // (a first run of fewer tables is not refused)
 	} else {
 		c.Tables = 1
+		c.Avro = c.Input == "kafka" && rng.IntN(2) == 0
 	}
 	return c
 }
 
 func (c config) String() string {
-	return fmt.Sprintf("v%d %s writers=%d memory=%s maintain=%v/%d partitioned=%v composite=%v input=%s/%d tables=%d checkpoint-rows=%d commit-interval=%d retain=%d max-record=%s key-index=%v lines=%d keys=%d evolve=%d new-topic=%v",
-		c.Version, c.DeleteMode, c.Writers, c.Memory, c.Maintain, c.CompactEvery, c.Partitioned, c.Composite, c.Input, c.Partitions, c.Tables, c.CheckpointRows, c.CommitInterval, c.Retain, c.MaxRecord, c.KeyIndex, c.Lines, c.Keys, c.Evolve, c.NewTopic)
+	return fmt.Sprintf("v%d %s writers=%d memory=%s maintain=%v/%d partitioned=%v composite=%v input=%s/%d tables=%d checkpoint-rows=%d commit-interval=%d retain=%d max-record=%s key-index=%v lines=%d keys=%d evolve=%d new-topic=%v avro=%v",
+		c.Version, c.DeleteMode, c.Writers, c.Memory, c.Maintain, c.CompactEvery, c.Partitioned, c.Composite, c.Input, c.Partitions, c.Tables, c.CheckpointRows, c.CommitInterval, c.Retain, c.MaxRecord, c.KeyIndex, c.Lines, c.Keys, c.Evolve, c.NewTopic, c.Avro)
 }
 
 // refused reports a configuration icesink refuses at start: a database's
@@ -336,6 +341,10 @@ type run struct {
 	log     []string
 	refused bool // the configuration was refused at start, as config.refused expects
 	runs    int  // sink runs started (sink)
+	// Avro: the registry and the encoder of the topic's events.
+	registry       *srfake.Registry
+	avro           *changelog.AvroEncoder
+	valueID, keyID int
 }
 
 // tableSim is one table's input and model.
@@ -619,6 +628,9 @@ func (r *run) sink(frac float64, kill bool) {
 					if ts.keys[i] != "" {
 						rec.Key = []byte(ts.keys[i])
 					}
+					if r.avro != nil {
+						rec.Key, rec.Value = r.avroEvent(ch)
+					}
 					recs = append(recs, rec)
 				}
 			}
@@ -662,6 +674,9 @@ func (r *run) sink(frac float64, kill bool) {
 		var topics []string
 		for _, ts := range r.tables {
 			topics = append(topics, ts.topic)
+		}
+		if c.Avro {
+			args = append(args, "--format", "debezium-avro", "--schema-registry", r.registry.URL())
 		}
 		if c.NewTopic {
 			// A topic created later is found by the next run's start.
@@ -790,6 +805,26 @@ func (r *run) sink(frac float64, kill bool) {
 			r.fail("a finished run left table %s at %v, want %v (its last lines: %q)", ts.name(), ts.pos, want, ts.lines[max(ts.given-3, 0):ts.given])
 		}
 	}
+}
+
+// avroEvent is change ch as Debezium's AvroConverter writes it: the
+// record's key and value in the registry's wire format.
+func (r *run) avroEvent(ch *change) (key, value []byte) {
+	r.t.Helper()
+	var before, after []any
+	if ch.del {
+		before = ch.row
+	} else {
+		after = ch.row
+	}
+	value, err := r.avro.AppendDebeziumAvro(nil, r.valueID, before, after)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if key, err = r.avro.AppendKeyAvro(nil, r.keyID, ch.row); err != nil {
+		r.t.Fatal(err)
+	}
+	return key, value
 }
 
 // trimNulls drops a row's trailing nulls: a column the source added (w)
@@ -1110,6 +1145,24 @@ func simulate(t *testing.T, seed uint64) {
 		}
 		t.Cleanup(cl.Close)
 		r.kafka, r.broker = cl, c.ListenAddrs()[0]
+	}
+	if cfg.Avro {
+		r.registry = srfake.New()
+		t.Cleanup(r.registry.Close)
+		src := changelog.DebeziumSource{Server: "srv", DB: "db", Schema: "public", Table: "t"}
+		v, k, err := changelog.DebeziumAvroSchema(cfg.schema(), src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.valueID, _, err = r.registry.RegisterSchema("cdc-value", sr.Schema{Schema: v, Type: sr.TypeAvro}); err != nil {
+			t.Fatal(err)
+		}
+		if r.keyID, _, err = r.registry.RegisterSchema("cdc-key", sr.Schema{Schema: k, Type: sr.TypeAvro}); err != nil {
+			t.Fatal(err)
+		}
+		if r.avro, err = changelog.NewAvroEncoder(cfg.schema(), src); err != nil {
+			t.Fatal(err)
+		}
 	}
 	r.logf("config %s", cfg)
 	phases := 2 + rng.IntN(3)
