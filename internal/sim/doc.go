@@ -2,7 +2,9 @@
 // combines it: from a seed its test draws a configuration (format
 // version, delete mode, writers, memory budget, maintenance and its
 // period, partitioning, a single or composite key, file, pipe or Kafka
-// input (an in-process broker of 1-3 partitions; one table, or a database
+// input (an in-process broker of 1-3 partitions; one table, of
+// changelog-json or of debezium-avro through a schema registry that is
+// down for a while at the start of some runs, or a database
 // of 2-3 topics of debezium-json events into tables created from them,
 // whose events may add a column mid-stream and whose last topic may appear
 // only after the first run, found by --topic-regex),

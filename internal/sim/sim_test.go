@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -343,6 +346,8 @@ type run struct {
 	runs    int  // sink runs started (sink)
 	// Avro: the registry and the encoder of the topic's events.
 	registry       *srfake.Registry
+	registryURL    string       // the registry behind a proxy that can fail
+	outageUntil    atomic.Int64 // the proxy answers 503 until then (unix nanoseconds)
 	avro           *changelog.AvroEncoder
 	valueID, keyID int
 }
@@ -676,7 +681,7 @@ func (r *run) sink(frac float64, kill bool) {
 			topics = append(topics, ts.topic)
 		}
 		if c.Avro {
-			args = append(args, "--format", "debezium-avro", "--schema-registry", r.registry.URL())
+			args = append(args, "--format", "debezium-avro", "--schema-registry", r.registryURL)
 		}
 		if c.NewTopic {
 			// A topic created later is found by the next run's start.
@@ -689,6 +694,11 @@ func (r *run) sink(frac float64, kill bool) {
 	}
 	exec1 := func(env string, after time.Duration) (killed bool) {
 		r.t.Helper()
+		if r.registry != nil && r.rng.IntN(2) == 0 {
+			d := time.Duration(200+r.rng.IntN(1300)) * time.Millisecond
+			r.outageUntil.Store(time.Now().Add(d).UnixNano())
+			r.logf("the schema registry is down for %v", d)
+		}
 		cmd := exec.Command(binary, args...)
 		if env != "" {
 			cmd.Env = append(os.Environ(), "ICESINK_FAILPOINT="+env)
@@ -1149,6 +1159,18 @@ func simulate(t *testing.T, seed uint64) {
 	if cfg.Avro {
 		r.registry = srfake.New()
 		t.Cleanup(r.registry.Close)
+		// A registry outage: the proxy fails every request for a while
+		// at the start of a run; the records wait, and none is
+		// dead-lettered or dropped.
+		proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if time.Now().UnixNano() < r.outageUntil.Load() {
+				http.Error(w, "registry down", http.StatusServiceUnavailable)
+				return
+			}
+			r.registry.Handler().ServeHTTP(w, req)
+		}))
+		t.Cleanup(proxy.Close)
+		r.registryURL = proxy.URL
 		src := changelog.DebeziumSource{Server: "srv", DB: "db", Schema: "public", Table: "t"}
 		v, k, err := changelog.DebeziumAvroSchema(cfg.schema(), src)
 		if err != nil {
