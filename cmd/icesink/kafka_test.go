@@ -590,34 +590,7 @@ func TestKafkaGroupForeignRace(t *testing.T) {
 	}
 	w := openWarehouse(t, wh)
 	stop := make(chan struct{})
-	appended := make(chan []int64, 1)
-	go func() {
-		var ids []int64
-		defer func() { appended <- ids }()
-		var seen int64
-		for id := int64(1_000_000); ; {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			tbl, err := w.Catalog.LoadTable(context.Background(), table.Identifier{"db", "t"})
-			if err != nil {
-				continue
-			}
-			cur := tbl.CurrentSnapshot()
-			if cur == nil || cur.SnapshotID == seen || cur.Summary == nil || cur.Summary.Properties[commit.PropEpoch] == "" {
-				continue
-			}
-			seen = cur.SnapshotID
-			if err := appendForeignRows(t, w, []int64{id}); err != nil {
-				t.Errorf("foreign append: %v", err)
-				return
-			}
-			ids = append(ids, id)
-			id++
-		}
-	}()
+	appended := appendAfterCommits(t, w, stop)
 	for i := 0; i < len(lines); i += 50 {
 		produce(lines[i:min(i+50, len(lines))])
 		time.Sleep(40 * time.Millisecond)

@@ -244,6 +244,42 @@ func TestSharedTableAgainstModel(t *testing.T) {
 	}
 }
 
+// appendAfterCommits appends a row of a new key (ids from 1,000,000)
+// after each commit of the sink it sees on table db.t, between two
+// commits or racing the next one, until stop is closed; then it sends the
+// ids appended.
+func appendAfterCommits(t *testing.T, wh *warehouse.Warehouse, stop <-chan struct{}) <-chan []int64 {
+	appended := make(chan []int64, 1)
+	go func() {
+		var ids []int64
+		defer func() { appended <- ids }()
+		var seen int64
+		for id := int64(1_000_000); ; {
+			select {
+			case <-stop:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			tbl, err := wh.Catalog.LoadTable(context.Background(), table.Identifier{"db", "t"})
+			if err != nil {
+				continue
+			}
+			cur := tbl.CurrentSnapshot()
+			if cur == nil || cur.SnapshotID == seen || cur.Summary == nil || cur.Summary.Properties[commit.PropEpoch] == "" {
+				continue
+			}
+			seen = cur.SnapshotID
+			if err := appendForeignRows(t, wh, []int64{id}); err != nil {
+				t.Errorf("foreign append: %v", err)
+				return
+			}
+			ids = append(ids, id)
+			id++
+		}
+	}()
+	return appended
+}
+
 // appendForeignRows appends rows of new keys (id, "foreign", -id) with
 // iceberg-go's write path, retrying when the sink's commits move the
 // table, as another application would.
@@ -317,36 +353,7 @@ func foreignWriterDuringRun(t *testing.T, input string) {
 	}
 	wh := openWarehouse(t, whDir)
 	stop := make(chan struct{})
-	appended := make(chan []int64, 1)
-	go func() {
-		// One foreign append after each commit of the sink seen: between
-		// two commits, or racing the next one.
-		var ids []int64
-		defer func() { appended <- ids }()
-		var seen int64
-		for id := int64(1_000_000); ; {
-			select {
-			case <-stop:
-				return
-			case <-time.After(20 * time.Millisecond):
-			}
-			tbl, err := wh.Catalog.LoadTable(context.Background(), table.Identifier{"db", "t"})
-			if err != nil {
-				continue
-			}
-			cur := tbl.CurrentSnapshot()
-			if cur == nil || cur.SnapshotID == seen || cur.Summary == nil || cur.Summary.Properties[commit.PropEpoch] == "" {
-				continue
-			}
-			seen = cur.SnapshotID
-			if err := appendForeignRows(t, wh, []int64{id}); err != nil {
-				t.Errorf("foreign append: %v", err)
-				return
-			}
-			ids = append(ids, id)
-			id++
-		}
-	}()
+	appended := appendAfterCommits(t, wh, stop)
 	// A run that hangs dumps its goroutines (SIGQUIT) into the failure.
 	rctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
