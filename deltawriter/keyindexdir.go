@@ -236,7 +236,7 @@ func (w *Writer) loadTableIndex(ctx context.Context, tbl *table.Table, dir strin
 				return "", fmt.Errorf("deltawriter: listing the table's deletion vectors: %w", err)
 			}
 			for i := range plan.data {
-				for _, df := range plan.task(i).DeletionVectorFiles {
+				if df, ok := plan.vector(i); ok {
 					if w.dvs.live == nil {
 						w.dvs.live = map[string]iceberg.DataFile{}
 					}

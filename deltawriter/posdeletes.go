@@ -72,7 +72,12 @@ func (p *posDeletes) of(ctx context.Context, r *rebuilder, at int) ([]int64, err
 			p.upTo[j], p.reach[j] = math.MaxInt, reach
 			p.shrink(r.w.opts.MemoryLimit/8, at)
 		}
-		p.stale = slices.Min(p.upTo) + 1
+		// Every delete file handed out through the file stale-1 (MaxInt:
+		// all of them, to the end); until then none is read again.
+		p.stale = slices.Min(p.upTo)
+		if p.stale < math.MaxInt {
+			p.stale++
+		}
 	}
 	deleted := p.pending[at]
 	if len(deleted) > 0 {

@@ -76,8 +76,8 @@ func planRebuild(fsys iceio.IO, snap *table.Snapshot) (*rebuildPlan, error) {
 func (p *rebuildPlan) task(i int) table.FileScanTask {
 	d := p.data[i]
 	t := table.FileScanTask{File: d.df}
-	if v, ok := p.dvs[d.df.FilePath()]; ok && (v.seq < 0 || d.seq <= v.seq) {
-		t.DeletionVectorFiles = []iceberg.DataFile{v.df}
+	if v, ok := p.vector(i); ok {
+		t.DeletionVectorFiles = []iceberg.DataFile{v}
 	}
 	part := d.df.Partition()
 	for _, e := range p.eqDels {
@@ -90,6 +90,17 @@ func (p *rebuildPlan) task(i int) table.FileScanTask {
 		t.EqualityDeleteFiles = append(t.EqualityDeleteFiles, e.df)
 	}
 	return t
+}
+
+// vector returns the deletion vector of data file i, if one applies (its
+// sequence number not before the file's).
+func (p *rebuildPlan) vector(i int) (iceberg.DataFile, bool) {
+	d := p.data[i]
+	v, ok := p.dvs[d.df.FilePath()]
+	if !ok || v.seq >= 0 && d.seq > v.seq {
+		return nil, false
+	}
+	return v.df, true
 }
 
 // samePartitionValue compares two partition values of a manifest.
