@@ -8,12 +8,14 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -45,6 +47,7 @@ var (
 	seedsFlag = flag.Int("sim.seeds", 0, "how many seeds to run from -sim.from (0: the fixed set CI runs)")
 	fromFlag  = flag.Uint64("sim.from", 1, "the first seed -sim.seeds runs")
 	verbose   = flag.Bool("sim.v", false, "log every step of every seed")
+	onlyFlag  = flag.String("sim.only", "", "run only the seeds whose drawn configuration matches this `REGEXP` (e.g. 'group=true')")
 )
 
 // ciSeeds is the fixed set of seeds the README's test command runs
@@ -97,12 +100,19 @@ type config struct {
 	MaxRecord      string // --max-record-size
 	KeyIndex       bool   // the key index kept between runs (--key-index-dir)
 	Evolve         int    // a database: from this line of a topic on, its events carry one more column, w (0: never)
+	Widen          int    // with Evolve: w is an int32 until this line, an int64 from it on (0: an int64 from the start)
+	Optional       int    // a database: from this line on, the required column v is optional in the events, and some carry null (0: never)
+	Drop           int    // a database: from this line on, the events no longer carry the required column v (0: never)
 	NewTopic       bool   // a database: its last topic appears after the first run (--topic-regex)
 	Avro           bool   // one table over Kafka: debezium-avro events through a schema registry
+	Group          bool   // kafka: two processes in a consumer group with an icesink coordinator (one writer each, no maintenance)
 	Lines, Keys    int    // the stream's length and key space
 }
 
-func draw(rng *rand.Rand) config {
+// draw draws a configuration from rng; later additions to the draw come
+// from later, so that a seed's earlier draws (and the defects the found
+// seeds replay) stay what they were.
+func draw(rng, later *rand.Rand) config {
 	pick := func(xs ...string) string { return xs[rng.IntN(len(xs))] }
 	c := config{
 		Version:        2 + rng.IntN(2),
@@ -135,12 +145,29 @@ func draw(rng *rand.Rand) config {
 		c.Tables = 1
 		c.Avro = c.Input == "kafka" && rng.IntN(2) == 0
 	}
+	if c.Tables > 1 {
+		// Schema changes at the source beyond an added column.
+		if c.Evolve > 0 && later.IntN(2) == 0 {
+			c.Widen = c.Evolve + later.IntN(c.Lines-c.Evolve+1)
+		}
+		if later.IntN(3) == 0 {
+			c.Optional = 1 + later.IntN(c.Lines)
+		}
+		if later.IntN(3) == 0 {
+			c.Drop = 1 + later.IntN(c.Lines)
+		}
+	}
+	if c.Input == "kafka" && later.IntN(3) == 0 {
+		// Two processes of a consumer group, each one writer at an
+		// icesink coordinator of its own (which does no maintenance).
+		c.Group, c.Writers, c.Maintain = true, 1, false
+	}
 	return c
 }
 
 func (c config) String() string {
-	return fmt.Sprintf("v%d %s writers=%d memory=%s maintain=%v/%d partitioned=%v composite=%v input=%s/%d tables=%d checkpoint-rows=%d commit-interval=%d retain=%d max-record=%s key-index=%v lines=%d keys=%d evolve=%d new-topic=%v avro=%v",
-		c.Version, c.DeleteMode, c.Writers, c.Memory, c.Maintain, c.CompactEvery, c.Partitioned, c.Composite, c.Input, c.Partitions, c.Tables, c.CheckpointRows, c.CommitInterval, c.Retain, c.MaxRecord, c.KeyIndex, c.Lines, c.Keys, c.Evolve, c.NewTopic, c.Avro)
+	return fmt.Sprintf("v%d %s writers=%d memory=%s maintain=%v/%d partitioned=%v composite=%v input=%s/%d tables=%d checkpoint-rows=%d commit-interval=%d retain=%d max-record=%s key-index=%v lines=%d keys=%d evolve=%d widen=%d optional=%d drop=%d new-topic=%v avro=%v group=%v",
+		c.Version, c.DeleteMode, c.Writers, c.Memory, c.Maintain, c.CompactEvery, c.Partitioned, c.Composite, c.Input, c.Partitions, c.Tables, c.CheckpointRows, c.CommitInterval, c.Retain, c.MaxRecord, c.KeyIndex, c.Lines, c.Keys, c.Evolve, c.Widen, c.Optional, c.Drop, c.NewTopic, c.Avro, c.Group)
 }
 
 // refused reports a configuration icesink refuses at start: a database's
@@ -246,6 +273,7 @@ func stream(rng *rand.Rand, c config) (lines, keys []string, changes []*change) 
 		if del {
 			op = "-D"
 		}
+		sh := c.shapeAt(len(lines))
 		var data strings.Builder
 		fmt.Fprintf(&data, `"id":%d`, id)
 		if c.Composite {
@@ -254,16 +282,27 @@ func stream(rng *rand.Rand, c config) (lines, keys []string, changes []*change) 
 		if name != nil {
 			fmt.Fprintf(&data, `,"name":%q`, name)
 		}
-		fmt.Fprintf(&data, `,"v":%d`, v)
-		evolved := c.Evolve > 0 && len(lines) >= c.Evolve-1
-		if evolved {
+		switch {
+		case sh.dropV:
+			// The source dropped v: it reads back null (made optional).
+			row[len(row)-1] = nil
+		case sh.optionalV && rng.IntN(10) < 3:
+			data.WriteString(`,"v":null`)
+			row[len(row)-1] = nil
+		default:
+			fmt.Fprintf(&data, `,"v":%d`, v)
+		}
+		if sh.w != "" {
 			// The source added a column: the table follows (--evolve-schema).
 			w := rng.Int64N(100)
+			if sh.w == "int64" && c.Widen > 0 {
+				w += 1 << 33 // widened: beyond an int32
+			}
 			fmt.Fprintf(&data, `,"w":%d`, w)
 			row = append(row, w)
 		}
 		if c.Tables > 1 {
-			lines = append(lines, debeziumEvent(c, del, evolved, data.String()))
+			lines = append(lines, debeziumEvent(c, del, sh, data.String()))
 			keys = append(keys, debeziumKey(c, id, tenant))
 		} else {
 			lines = append(lines, fmt.Sprintf(`{"op":%q,"data":{%s}}`, op, data.String()))
@@ -290,14 +329,21 @@ func stream(rng *rand.Rand, c config) (lines, keys []string, changes []*change) 
 
 // debeziumEvent is a debezium-json event with its Kafka Connect schema: a
 // create (an upsert) of the row data, or a delete with data as before.
-func debeziumEvent(c config, del, evolved bool, data string) string {
+func debeziumEvent(c config, del bool, sh shape, data string) string {
 	fields := `{"type":"int64","field":"id"},`
 	if c.Composite {
 		fields += `{"type":"string","field":"tenant"},`
 	}
-	fields += `{"type":"string","optional":true,"field":"name"},{"type":"int64","field":"v"}`
-	if evolved {
-		fields += `,{"type":"int64","optional":true,"field":"w"}`
+	fields += `{"type":"string","optional":true,"field":"name"}`
+	switch {
+	case sh.dropV:
+	case sh.optionalV:
+		fields += `,{"type":"int64","optional":true,"field":"v"}`
+	default:
+		fields += `,{"type":"int64","field":"v"}`
+	}
+	if sh.w != "" {
+		fields += `,{"type":"` + sh.w + `","optional":true,"field":"w"}`
 	}
 	schema := `{"type":"struct","fields":[{"type":"struct","optional":true,"field":"before","fields":[` + fields +
 		`]},{"type":"struct","optional":true,"field":"after","fields":[` + fields + `]},{"type":"string","field":"op"}]}`
@@ -305,6 +351,26 @@ func debeziumEvent(c config, del, evolved bool, data string) string {
 		return `{"schema":` + schema + `,"payload":{"before":{` + data + `},"after":null,"op":"d"}}`
 	}
 	return `{"schema":` + schema + `,"payload":{"before":null,"after":{` + data + `},"op":"c"}}`
+}
+
+// shape is the columns a database's events carry at a line.
+type shape struct {
+	w                string // the added column's type ("": not added yet)
+	optionalV, dropV bool
+}
+
+// shapeAt is the shape of the events from line i (0-based) on.
+func (c config) shapeAt(i int) shape {
+	var sh shape
+	if c.Evolve > 0 && i >= c.Evolve-1 {
+		sh.w = "int64"
+		if c.Widen > 0 && i < c.Widen-1 {
+			sh.w = "int32"
+		}
+	}
+	sh.optionalV = c.Optional > 0 && i >= c.Optional-1
+	sh.dropV = c.Drop > 0 && i >= c.Drop-1
+	return sh
 }
 
 // debeziumKey is the record key of a debezium-json event.
@@ -540,7 +606,13 @@ func (r *run) checkTable(wh *warehouse.Warehouse, ts *tableSim, step string) {
 		if prev, dup := got[k]; dup {
 			r.fail("%s: key %s read twice: %v and %v", step, k, prev, row)
 		}
-		got[k] = trimNulls(slices.Clone(row))
+		row = slices.Clone(row)
+		for i, v := range row {
+			if v, ok := v.(int32); ok {
+				row[i] = int64(v) // w before the source widened it
+			}
+		}
+		got[k] = trimNulls(row)
 	}
 	want := r.expected(ts, line)
 	for k, row := range want {
@@ -652,17 +724,29 @@ func (r *run) sink(frac float64, kill bool) {
 	upto := r.tables[0].given
 	c := r.cfg
 	args := []string{"run", "--warehouse", r.dir, "--sink-id", "sim",
-		"--format-version", strconv.Itoa(c.Version), "--delete-mode", c.DeleteMode, "--writers", strconv.Itoa(c.Writers),
-		"--memory-limit", c.Memory, "--checkpoint-rows", strconv.Itoa(c.CheckpointRows), "--quiet",
-		"--maintain=" + strconv.FormatBool(c.Maintain), "--compact-every", strconv.Itoa(c.CompactEvery), "--compact-min-files", "2",
-		"--commit-interval", strconv.Itoa(c.CommitInterval), "--max-record-size", c.MaxRecord}
+		"--format-version", strconv.Itoa(c.Version), "--delete-mode", c.DeleteMode,
+		"--memory-limit", c.Memory, "--checkpoint-rows", strconv.Itoa(c.CheckpointRows), "--quiet", "--max-record-size", c.MaxRecord}
+	// What a group's coordinator decides, a single process does itself.
+	decided := []string{"--commit-interval", strconv.Itoa(c.CommitInterval)}
 	if c.Retain > 0 {
-		args = append(args, "--retain-snapshots", strconv.Itoa(c.Retain))
+		decided = append(decided, "--retain-snapshots", strconv.Itoa(c.Retain))
+	}
+	coordArgs := append([]string{"coordinator", "--warehouse", r.dir, "--sink-id", "sim", "--checkpoint-interval", "200ms", "--align-timeout", "30s"}, decided...)
+	if !c.Group {
+		args = append(args, "--writers", strconv.Itoa(c.Writers),
+			"--maintain="+strconv.FormatBool(c.Maintain), "--compact-every", strconv.Itoa(c.CompactEvery), "--compact-min-files", "2")
+		args = append(args, decided...)
 	}
 	if c.Tables > 1 {
 		args = append(args, "--table-template", "sim.{topic}", "--format", "debezium-json")
+		coordArgs = append(coordArgs, "--table-template", "sim.{topic}")
 	} else {
 		args = append(args, "--table", r.tables[0].name(), "--schema", r.schema)
+		coordArgs = append(coordArgs, "--table", r.tables[0].name(), "--schema", r.schema, "--format-version", strconv.Itoa(c.Version),
+			"--vnode-count", strconv.Itoa(c.Partitions))
+		if r.spec != "" {
+			coordArgs = append(coordArgs, "--partition-spec", r.spec)
+		}
 	}
 	if r.spec != "" {
 		args = append(args, "--partition-spec", r.spec)
@@ -685,9 +769,14 @@ func (r *run) sink(frac float64, kill bool) {
 		}
 		if c.NewTopic {
 			// A topic created later is found by the next run's start.
-			args = append(args, "--kafka-brokers", r.broker, "--topic-regex", "t[0-9]+", "--stop-at-end", "--checkpoint-interval", "200ms")
+			args = append(args, "--kafka-brokers", r.broker, "--topic-regex", "t[0-9]+", "--stop-at-end")
 		} else {
-			args = append(args, "--kafka-brokers", r.broker, "--topic", strings.Join(topics, ","), "--stop-at-end", "--checkpoint-interval", "200ms")
+			args = append(args, "--kafka-brokers", r.broker, "--topic", strings.Join(topics, ","), "--stop-at-end")
+		}
+		if c.Group {
+			args = append(args, "--group", "sim", "--kafka-session-timeout", "6s")
+		} else {
+			args = append(args, "--checkpoint-interval", "200ms")
 		}
 	default:
 		args = append(args, "--input", in)
@@ -757,6 +846,12 @@ func (r *run) sink(frac float64, kill bool) {
 		}
 		return false
 	}
+	if c.Group {
+		r.groupRun(args, coordArgs, kill, upto)
+		r.logf("group run to line %d", upto)
+		r.finished()
+		return
+	}
 	if kill {
 		var env string
 		var after time.Duration
@@ -801,6 +896,13 @@ func (r *run) sink(frac float64, kill bool) {
 		r.fail("a configuration below the database's least budget was not refused")
 	}
 	r.logf("run to line %d", upto)
+	r.finished()
+}
+
+// finished checks the tables after a run that ended by itself: every
+// change given is committed.
+func (r *run) finished() {
+	r.t.Helper()
 	r.check("after the run")
 	for _, ts := range r.tables {
 		// Every change is committed; trailing lines that change nothing
@@ -1110,7 +1212,14 @@ func (r *run) foreignStep() {
 // simulate runs one seed.
 func simulate(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 0x51e5))
-	cfg := draw(rng)
+	cfg := draw(rng, rand.New(rand.NewPCG(seed, 0x1a7e)))
+	if *onlyFlag != "" {
+		if ok, err := regexp.MatchString(*onlyFlag, cfg.String()); err != nil {
+			t.Fatalf("-sim.only: %v", err)
+		} else if !ok {
+			t.Skip("configuration not drawn by -sim.only")
+		}
+	}
 	r := &run{t: t, ctx: context.Background(), seed: seed, rng: rng, cfg: cfg, dir: t.TempDir(), keyDir: filepath.Join(t.TempDir(), "keyindex")}
 	for i := range cfg.Tables {
 		ts := &tableSim{ident: table.Identifier{"sim", "t"}, topic: "cdc"}
@@ -1232,5 +1341,151 @@ func TestSimulation(t *testing.T) {
 			t.Parallel()
 			simulate(t, s)
 		})
+	}
+}
+
+// proc is an icesink process of a group run.
+type proc struct {
+	name string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+	mu   sync.Mutex
+	out  bytes.Buffer
+}
+
+func (p *proc) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.Write(b)
+}
+
+func (p *proc) output() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// start starts an icesink process.
+func (r *run) start(name string, args ...string) *proc {
+	r.t.Helper()
+	p := &proc{name: name, cmd: exec.Command(binary, args...), done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p, p
+	if err := p.cmd.Start(); err != nil {
+		r.t.Fatal(err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	return p
+}
+
+// groupRun runs a coordinator and two processes of a consumer group until
+// both have read their input to its end; with kill, one of the three is
+// killed at a random moment and started again after a pause.
+func (r *run) groupRun(args, coordArgs []string, kill bool, upto int) {
+	r.t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	coordArgs = append(coordArgs, "--listen", addr)
+	args = append(args, "--coordinator", addr)
+	var logs strings.Builder // the output of the processes killed
+	var coord *proc
+	members := make([]*proc, 2)
+	all := func() []*proc { return append([]*proc{coord}, members...) }
+	outputs := func() string {
+		var b strings.Builder
+		b.WriteString(logs.String())
+		for _, p := range all() {
+			fmt.Fprintf(&b, "--- %s\n%s\n", p.name, p.output())
+		}
+		return b.String()
+	}
+	deadline := time.After(3 * time.Minute)
+	startCoord := func() {
+		coord = r.start("coordinator", coordArgs...)
+		for !strings.Contains(coord.output(), "serving writers on") {
+			select {
+			case <-coord.done:
+				r.fail("the coordinator exited: %v\n%s", coord.err, coord.output())
+			case <-deadline:
+				r.fail("the coordinator did not listen\n%s", coord.output())
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+	}
+	defer func() {
+		for _, p := range all() {
+			if p != nil && !p.exited() {
+				p.cmd.Process.Signal(syscall.SIGKILL)
+				<-p.done
+			}
+		}
+	}()
+	if r.registry != nil && r.rng.IntN(2) == 0 {
+		d := time.Duration(200+r.rng.IntN(1300)) * time.Millisecond
+		r.outageUntil.Store(time.Now().Add(d).UnixNano())
+		r.logf("the schema registry is down for %v", d)
+	}
+	startCoord()
+	for i := range members {
+		members[i] = r.start(fmt.Sprintf("process %d", i), args...)
+	}
+	if kill {
+		after := time.Duration(50+r.rng.IntN(1500)) * time.Millisecond
+		i := r.rng.IntN(3)
+		pause := time.Duration(100+r.rng.IntN(1000)) * time.Millisecond
+		time.Sleep(after)
+		victim := all()[i]
+		if victim.exited() {
+			r.logf("%s of the group run to line %d ended before its kill after %v", victim.name, upto, after)
+		} else {
+			victim.cmd.Process.Signal(syscall.SIGKILL)
+			<-victim.done
+			fmt.Fprintf(&logs, "--- %s, killed\n%s\n", victim.name, victim.output())
+			r.logf("%s of the group run to line %d killed after %v, started again after %v", victim.name, upto, after, pause)
+			time.Sleep(pause)
+			if i == 0 {
+				startCoord()
+			} else {
+				members[i-1] = r.start(victim.name, args...)
+			}
+		}
+	}
+	for _, p := range members {
+		select {
+		case <-p.done:
+		case <-coord.done:
+			r.fail("the coordinator exited during the group run: %v\n%s", coord.err, outputs())
+		case <-deadline:
+			for _, p := range all() {
+				p.cmd.Process.Signal(syscall.SIGQUIT)
+			}
+			time.Sleep(2 * time.Second)
+			r.fail("a group run over lines 1-%d still ran after 3 minutes:\n%s", upto, outputs())
+		}
+		if p.err != nil {
+			r.fail("%s of a group run over lines 1-%d: %v\n%s", p.name, upto, p.err, outputs())
+		}
+	}
+	coord.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-coord.done:
+	case <-time.After(10 * time.Second):
+		r.fail("the coordinator did not stop on SIGTERM\n%s", outputs())
 	}
 }
