@@ -19,7 +19,10 @@ import (
 // Start returns the URL of a fresh PostgreSQL database, or skips the test
 // when PostgreSQL is not installed (it fails instead when
 // ICESINK_REQUIRE_POSTGRES=1, as CI sets). The server stops with the test.
-func Start(t *testing.T) string {
+// Its WAL is logical (wal_level=logical, replication slots and WAL
+// senders), so that a test can read its changes; settings are more
+// NAME=VALUE server settings.
+func Start(t *testing.T, settings ...string) string {
 	t.Helper()
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
 	if len(bins) == 0 {
@@ -56,7 +59,10 @@ func Start(t *testing.T) string {
 		t.Fatalf("initdb: %v\n%s", err, out)
 	}
 	port := freePort(t)
-	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off", port, dir)
+	opts := fmt.Sprintf("-p %d -k %s -c listen_addresses=127.0.0.1 -c fsync=off -c wal_level=logical -c max_replication_slots=16 -c max_wal_senders=16", port, dir)
+	for _, s := range settings {
+		opts += " -c " + s
+	}
 	if out, err := asUser("pg_ctl", "-D", data, "-o", opts, "-l", filepath.Join(dir, "log"), "-w", "start").CombinedOutput(); err != nil {
 		log, _ := os.ReadFile(filepath.Join(dir, "log"))
 		t.Fatalf("pg_ctl start: %v\n%s\n%s", err, out, log)

@@ -1,0 +1,164 @@
+package postgres
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pglogrepl"
+
+	"github.com/icesink/icesink/deltawriter"
+)
+
+// checkRelation compares a relation message (the table's columns as the
+// stream now sends them) with the columns the table was described with:
+// a change of columns stops the table, naming what changed.
+func (t *sourceTable) checkRelation(m *pglogrepl.RelationMessage) error {
+	var diffs []string
+	if len(m.Columns) != len(t.cols) {
+		var now []string
+		for _, c := range m.Columns {
+			now = append(now, c.Name)
+		}
+		var was []string
+		for _, c := range t.cols {
+			was = append(was, c.name)
+		}
+		diffs = append(diffs, fmt.Sprintf("columns (%s) are now (%s)", strings.Join(was, ", "), strings.Join(now, ", ")))
+	} else {
+		for i, c := range m.Columns {
+			if was := t.cols[i]; c.Name != was.name || c.DataType != was.oid || c.TypeModifier != was.typmod {
+				diffs = append(diffs, fmt.Sprintf("column %d %s (type %d, modifier %d) is now %s (type %d, modifier %d)", i+1, was.name, was.oid, was.typmod, c.Name, c.DataType, c.TypeModifier))
+			}
+		}
+	}
+	if len(diffs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("table %s changed its columns at the source: %s; following schema changes from PostgreSQL is not supported yet: the table stops here, its commits hold every change before", t.name, strings.Join(diffs, "; "))
+}
+
+// values decodes a tuple into a row of the table's columns; old fills
+// the unchanged large (TOASTed) values the tuple does not carry.
+func (t *sourceTable) values(tup *pglogrepl.TupleData, old []any) ([]any, error) {
+	if tup == nil || len(tup.Columns) != len(t.cols) {
+		return nil, fmt.Errorf("a row of %d columns, the table has %d", columnCount(tup), len(t.cols))
+	}
+	row := make([]any, len(t.cols))
+	for i, col := range tup.Columns {
+		c := &t.cols[i]
+		switch col.DataType {
+		case pglogrepl.TupleDataTypeNull:
+		case pglogrepl.TupleDataTypeToast:
+			if old == nil {
+				return nil, fmt.Errorf("column %s: an unchanged large value and no old row to take it from (the table's replica identity must be FULL)", c.name)
+			}
+			row[i] = old[i]
+		case pglogrepl.TupleDataTypeText:
+			v, err := c.decode(string(col.Data))
+			if err != nil {
+				return nil, fmt.Errorf("column %s (%s): %w", c.name, c.typname, err)
+			}
+			row[i] = v
+		default:
+			return nil, fmt.Errorf("column %s: a value in format %q (text expected)", c.name, col.DataType)
+		}
+	}
+	return row, nil
+}
+
+func columnCount(tup *pglogrepl.TupleData) int {
+	if tup == nil {
+		return 0
+	}
+	return len(tup.Columns)
+}
+
+func (t *sourceTable) insert(m *pglogrepl.InsertMessage) ([]*change, error) {
+	row, err := t.values(m.Tuple, nil)
+	if err != nil {
+		return nil, err
+	}
+	return []*change{{Op: deltawriter.Insert, Row: row}}, nil
+}
+
+// update is the new row; when the key changed (the old key comes with
+// it), a delete of the old key first.
+func (t *sourceTable) update(m *pglogrepl.UpdateMessage) ([]*change, error) {
+	var old []any
+	if m.OldTuple != nil {
+		var err error
+		if old, err = t.keyOrRow(m.OldTuple); err != nil {
+			return nil, err
+		}
+	}
+	fill := old
+	if m.OldTupleType != 'O' {
+		fill = nil // the old key only: no unchanged value to take
+	}
+	row, err := t.values(m.NewTuple, fill)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*change, 0, 2)
+	if old != nil && !t.sameKey(old, row) {
+		out = append(out, &change{Op: deltawriter.Delete, Row: t.keyOnly(old)})
+	}
+	return append(out, &change{Op: deltawriter.UpdateAfter, Row: row}), nil
+}
+
+func (t *sourceTable) delete(m *pglogrepl.DeleteMessage) ([]*change, error) {
+	old, err := t.keyOrRow(m.OldTuple)
+	if err != nil {
+		return nil, err
+	}
+	return []*change{{Op: deltawriter.Delete, Row: t.keyOnly(old)}}, nil
+}
+
+// keyOrRow decodes an old tuple: the key's columns (the others null), or
+// the whole old row (replica identity FULL).
+func (t *sourceTable) keyOrRow(tup *pglogrepl.TupleData) ([]any, error) {
+	if tup == nil {
+		return nil, fmt.Errorf("a delete without its old key")
+	}
+	row := make([]any, len(t.cols))
+	if len(tup.Columns) != len(t.cols) {
+		return nil, fmt.Errorf("an old row of %d columns, the table has %d", len(tup.Columns), len(t.cols))
+	}
+	for i, col := range tup.Columns {
+		if col.DataType != pglogrepl.TupleDataTypeText {
+			continue
+		}
+		v, err := t.cols[i].decode(string(col.Data))
+		if err != nil {
+			return nil, fmt.Errorf("column %s (%s) of the old row: %w", t.cols[i].name, t.cols[i].typname, err)
+		}
+		row[i] = v
+	}
+	for i, c := range t.cols {
+		if c.key && row[i] == nil {
+			return nil, fmt.Errorf("the old row lacks key column %s: the table's replica identity must hold its key (the primary key, or FULL)", c.name)
+		}
+	}
+	return row, nil
+}
+
+// sameKey reports whether rows a and b have the same key.
+func (t *sourceTable) sameKey(a, b []any) bool {
+	for i, c := range t.cols {
+		if c.key && fmt.Sprint(a[i]) != fmt.Sprint(b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// keyOnly is row with only its key columns set.
+func (t *sourceTable) keyOnly(row []any) []any {
+	out := make([]any, len(row))
+	for i, c := range t.cols {
+		if c.key {
+			out[i] = row[i]
+		}
+	}
+	return out
+}

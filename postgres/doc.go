@@ -1,0 +1,37 @@
+// Package postgres reads a PostgreSQL database's tables into Iceberg
+// tables without Kafka: logical replication (pgoutput) from a slot, after
+// an initial snapshot consistent with it, one stream for every table of a
+// publication, each table a sink run (sink.OffsetSource) of one
+// sink.Database, so that one epoch covers them all.
+//
+// Positions. A table's commits record PropLSN: the end LSN of the last
+// source transaction the table holds whole (a checkpoint ends only
+// between transactions, so no commit holds part of one). On resume the
+// stream applies a transaction to a table only if it committed at or
+// above that position. The slot confirms the least position every
+// table's commits hold, so PostgreSQL keeps the WAL until it is in
+// Iceberg and frees it after; keepalives move idle tables on.
+//
+// Snapshots. A slot created by the run exports a snapshot: every table is
+// read in it (SELECT in text form, decoded as the stream's values are),
+// as inserts, then follows the stream from the slot's consistent point. A
+// table with no commit while the slot exists (a crash before its first
+// commit, or a table added to the publication) is read in the snapshot
+// of a temporary slot, and takes the stream's transactions from that
+// slot's consistent point on. The snapshot's rows are one window, committed
+// at its end.
+//
+// Types. Values travel as PostgreSQL's text forms (connections run with
+// TimeZone UTC, DateStyle ISO, IntervalStyle iso_8601, bytea_output hex)
+// and are decoded per column (types.go): integers, numeric(p,s) up to
+// p = 38 as decimal, floats, boolean, text, bytea, date, time, timestamp
+// and timestamptz (microseconds), uuid; what has no exact Iceberg
+// counterpart (an unconstrained numeric, json and jsonb, arrays, enums,
+// interval, money, timetz) is a string of PostgreSQL's own text form,
+// never a rounded value.
+//
+// Not yet: TRUNCATE and column changes at the source stop the table
+// (with a message; its commits hold everything before); snapshots are
+// not chunked, and a crash mid-snapshot reads the table again from the
+// start.
+package postgres

@@ -1,0 +1,344 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/icesink/icesink/changelog"
+	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/deltawriter"
+)
+
+// errStreamEnded ends a table's input whose stream failed (the sink
+// commits what it read whole; a new run goes on from there).
+var errStreamEnded = errors.New("the replication stream ended")
+
+// PropLSN is the offset property a table's commits record: every source
+// transaction that ended at or below it is in the table, none above. It
+// is the LSN as a decimal number (offsets are numbers that never go
+// back). Offsets carry commit.PropOffsetPrefix, whose name is Kafka's
+// from before there was another source.
+const PropLSN = commit.PropOffsetPrefix + "postgres.lsn"
+
+// parseLSN parses a PropLSN value.
+func parseLSN(v string) (pglogrepl.LSN, error) {
+	n, err := strconv.ParseUint(v, 10, 64)
+	return pglogrepl.LSN(n), err
+}
+
+// change is one decoded row change.
+type change = deltawriter.Change
+
+// Source is one table's input of a Replication, for a sink run
+// (sink.OffsetSource): its snapshot's rows as inserts, then its changes
+// from the stream. A checkpoint ends only between two source
+// transactions, so a commit never holds part of one.
+type Source struct {
+	r    *Replication
+	t    *sourceTable
+	q    chan item
+	wake chan struct{}
+	want atomic.Bool // a barrier was asked for
+	// dead is set (and died closed) when the table's sink stopped: the
+	// stream no longer queues its changes.
+	dead     atomic.Bool
+	died     chan struct{}
+	dieOnce  sync.Once
+	seekOnce sync.Once
+	// from is the position the stream applies from: transactions that
+	// committed below it are in the table (or in its snapshot).
+	from pglogrepl.LSN
+	// committed is the position the table's last commit holds (0: none).
+	committed atomic.Uint64
+
+	pos   pglogrepl.LSN // the end of the last transaction read whole
+	inTxn bool          // a transaction is read in part
+	line  int64
+	recs  []deltawriter.Change
+
+	snap     *snapshot // the rows to read first (nil: none, or read)
+	snapRows int64
+}
+
+// Name is the source table's name.
+func (s *Source) Name() TableName { return s.t.name }
+
+// Schema is the Iceberg schema of the source table's columns.
+func (s *Source) Schema() *iceberg.Schema { return s.t.schema }
+
+// Identity names the server, database and table.
+func (s *Source) Identity() string { return s.r.system + "/" + s.t.name.String() }
+
+// Offsets says how far the table's input is read: the end of its last
+// transaction read whole.
+func (s *Source) Offsets() map[string]string {
+	return map[string]string{PropLSN: strconv.FormatUint(uint64(s.pos), 10)}
+}
+
+// RequestBarrier makes Next end the checkpoint at the next transaction
+// boundary (at once when none is open and nothing is queued).
+func (s *Source) RequestBarrier() {
+	s.want.Store(true)
+	s.wakeUp()
+}
+
+func (s *Source) wakeUp() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Committed records what the table's last commit holds: the slot may
+// confirm it once every table holds it.
+func (s *Source) Committed(_ context.Context, offsets map[string]string) error {
+	if v, ok := offsets[PropLSN]; ok {
+		lsn, err := parseLSN(v)
+		if err != nil {
+			return fmt.Errorf("table %s: committed %s %q: %w", s.t.name, PropLSN, v, err)
+		}
+		s.committed.Store(uint64(lsn))
+	}
+	return nil
+}
+
+// Stopped tells the replication that the table's sink stopped: the
+// stream goes on without it, and the slot stays where the table
+// committed.
+func (s *Source) Stopped() {
+	s.dieOnce.Do(func() {
+		s.dead.Store(true)
+		close(s.died)
+	})
+}
+
+// markSought counts the table sought once.
+func (s *Source) markSought() { s.seekOnce.Do(s.r.soughtOne) }
+
+// Skip is not used: the table's position is an LSN (Seek).
+func (s *Source) Skip(int64) error {
+	return errors.New("postgres: a table's input resumes from its LSN")
+}
+
+// Seek starts the table at the position its commits hold; a table
+// without one is read whole first, in a snapshot consistent with the
+// stream (the slot's own when this run created it, else a temporary
+// slot's).
+func (s *Source) Seek(ctx context.Context, offsets map[string]string, _ int64) (err error) {
+	defer s.markSought()
+	if v, ok := offsets[PropLSN]; ok {
+		lsn, err := parseLSN(v)
+		if err != nil {
+			return fmt.Errorf("table %s: the commit's %s %q: %w", s.t.name, PropLSN, v, err)
+		}
+		if s.r.created {
+			return fmt.Errorf("table %s holds the changes up to %s of an earlier replication slot, and slot %s was created now: the changes in between are gone. Write the table anew (drop it, or give another --sink-id) to read it whole again", s.t.name, lsn, s.r.cfg.Slot)
+		}
+		if s.r.slotFlushed > lsn {
+			return fmt.Errorf("table %s holds the changes up to %s, and slot %s has confirmed %s: the changes in between are gone (another reader of the slot?). Write the table anew (drop it, or give another --sink-id)", s.t.name, lsn, s.r.cfg.Slot, s.r.slotFlushed)
+		}
+		s.from, s.pos = lsn, lsn
+		s.committed.Store(uint64(lsn))
+		return nil
+	}
+	snap, at, err := s.r.openSnapshot(ctx, s.t)
+	if err != nil {
+		return fmt.Errorf("table %s: %w", s.t.name, err)
+	}
+	s.snap, s.from, s.pos = snap, at, at
+	// Until its first commit, the table holds the slot at its snapshot.
+	s.committed.Store(uint64(at))
+	return nil
+}
+
+// Next returns the next record: a snapshot row, a change, or a barrier
+// (asked for, at a transaction boundary); io.EOF once the replication
+// stops, between two transactions.
+func (s *Source) Next() (changelog.Record, error) {
+	if s.snap != nil {
+		rec, err := s.nextSnapshot()
+		if err != io.EOF {
+			return rec, err
+		}
+		s.r.log.Info("table read in the snapshot; its changes follow", "table", s.t.name.String(), "rows", s.snapRows, "lsn", s.from)
+		s.closeSnapshot()
+	}
+	for {
+		if !s.inTxn {
+			if s.want.Load() && len(s.q) == 0 {
+				return s.barrier(), nil
+			}
+			select {
+			case <-s.r.stopped:
+				return changelog.Record{}, io.EOF
+			default:
+			}
+		}
+		select {
+		case it := <-s.q:
+			switch {
+			case it.err != nil:
+				return changelog.Record{}, it.err
+			case it.ch != nil:
+				s.inTxn = true
+				s.line++
+				s.recs = append(s.recs[:0], *it.ch)
+				return changelog.Record{Line: s.line, Changes: s.recs}, nil
+			case it.end != 0:
+				s.inTxn, s.pos = false, it.end
+			case it.mark > s.pos && !s.inTxn:
+				s.pos = it.mark
+			}
+			if s.want.Load() && !s.inTxn {
+				return s.barrier(), nil
+			}
+		case <-s.wake:
+		case <-s.r.stopped:
+			if s.inTxn {
+				// The stream stops between transactions: the rest of
+				// this one is queued.
+				continue
+			}
+			return changelog.Record{}, io.EOF
+		case <-s.r.ended:
+			if len(s.q) > 0 {
+				continue
+			}
+			if s.inTxn {
+				return changelog.Record{}, fmt.Errorf("table %s: the replication stream ended inside a transaction: %w", s.t.name, cmp.Or(s.r.streamErr, errStreamEnded))
+			}
+			// What was read whole is committed; the replication's
+			// caller says why the stream ended, and runs again.
+			return changelog.Record{}, io.EOF
+		}
+	}
+}
+
+func (s *Source) barrier() changelog.Record {
+	s.want.Store(false)
+	s.line++
+	return changelog.Record{Line: s.line, Barrier: true}
+}
+
+// snapshot is a table's rows in a snapshot consistent with the stream.
+type snapshot struct {
+	conn *pgx.Conn
+	rows pgx.Rows
+	temp *pgconn.PgConn // the temporary slot's connection, kept until the rows are read
+}
+
+// openSnapshot starts reading t's rows in the slot's exported snapshot
+// (created by this run), or in a temporary slot's: at is the position
+// the snapshot holds (transactions ending at or below it are in it).
+func (r *Replication) openSnapshot(ctx context.Context, t *sourceTable) (_ *snapshot, at pglogrepl.LSN, err error) {
+	sn := &snapshot{}
+	defer func() {
+		if err != nil {
+			sn.close()
+		}
+	}()
+	name := r.snapshot
+	at = r.consistent
+	if !r.created {
+		// A temporary slot exports a snapshot of now; the stream from the
+		// main slot applies what committed after its position.
+		pc, err := connConfig(r.cfg.URL, true)
+		if err != nil {
+			return nil, 0, err
+		}
+		if sn.temp, err = pgconn.ConnectConfig(ctx, pc); err != nil {
+			return nil, 0, fmt.Errorf("opening a replication connection for the snapshot: %w", err)
+		}
+		slot := fmt.Sprintf("icesink_snapshot_%d", time.Now().UnixNano())
+		res, err := pglogrepl.CreateReplicationSlot(ctx, sn.temp, slot, "pgoutput", pglogrepl.CreateReplicationSlotOptions{Temporary: true, SnapshotAction: "EXPORT_SNAPSHOT", Mode: pglogrepl.LogicalReplication})
+		if err != nil {
+			return nil, 0, fmt.Errorf("creating a temporary slot for the snapshot: %w", err)
+		}
+		if at, err = pglogrepl.ParseLSN(res.ConsistentPoint); err != nil {
+			return nil, 0, err
+		}
+		name = res.SnapshotName
+	}
+	if sn.conn, err = connect(ctx, r.cfg.URL); err != nil {
+		return nil, 0, err
+	}
+	if _, err := sn.conn.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"); err != nil {
+		return nil, 0, fmt.Errorf("starting the snapshot: %w", err)
+	}
+	if _, err := sn.conn.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(name)); err != nil {
+		return nil, 0, fmt.Errorf("importing snapshot %s: %w", name, err)
+	}
+	var est float64
+	_ = sn.conn.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = $1::regclass`, t.name.quoted()).Scan(&est)
+	cols := make([]string, len(t.cols))
+	for i, c := range t.cols {
+		cols[i] = pgx.Identifier{c.name}.Sanitize()
+	}
+	sql := "SELECT " + strings.Join(cols, ", ") + " FROM " + t.name.quoted()
+	if sn.rows, err = sn.conn.Query(ctx, sql, pgx.QueryResultFormats{pgx.TextFormatCode}); err != nil {
+		return nil, 0, fmt.Errorf("reading the table: %w", err)
+	}
+	r.log.Info("reading a table in its snapshot", "table", t.name.String(), "rows_estimated", int64(max(est, 0)), "lsn", at)
+	return sn, at, nil
+}
+
+func (sn *snapshot) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if sn.rows != nil {
+		sn.rows.Close()
+	}
+	if sn.conn != nil {
+		sn.conn.Close(ctx)
+	}
+	if sn.temp != nil {
+		sn.temp.Close(ctx)
+	}
+}
+
+func (s *Source) closeSnapshot() {
+	if s.snap != nil {
+		s.snap.close()
+		s.snap = nil
+	}
+}
+
+// nextSnapshot returns the snapshot's next row as an insert.
+func (s *Source) nextSnapshot() (changelog.Record, error) {
+	rows := s.snap.rows
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return changelog.Record{}, fmt.Errorf("table %s: reading its snapshot: %w", s.t.name, err)
+		}
+		return changelog.Record{}, io.EOF
+	}
+	raw := rows.RawValues()
+	row := make([]any, len(s.t.cols))
+	for i, c := range s.t.cols {
+		if raw[i] == nil {
+			continue
+		}
+		v, err := c.decode(string(raw[i]))
+		if err != nil {
+			return changelog.Record{}, fmt.Errorf("table %s, snapshot row %d, column %s (%s): %w", s.t.name, s.snapRows+1, c.name, c.typname, err)
+		}
+		row[i] = v
+	}
+	s.snapRows++
+	s.line++
+	s.recs = append(s.recs[:0], deltawriter.Change{Op: deltawriter.Insert, Row: row})
+	return changelog.Record{Line: s.line, Changes: s.recs}, nil
+}
