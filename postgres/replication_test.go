@@ -68,10 +68,12 @@ func (f *pgFixture) config(logger *slog.Logger) RunConfig {
 		Source: Config{URL: f.url, Publication: "icesink", Tables: []string{"app.*"}, Slot: "icesink", StatusInterval: 200 * time.Millisecond, Logger: logger},
 		Sink: sink.Config{Loader: f.wh.Catalog, SinkID: "pg", StateDir: filepath.Join(f.dir, "_state"), Vnodes: 16,
 			BarrierInterval: 200 * time.Millisecond, Writers: 2, KeyIndexDir: "-", Logger: logger,
-			Writer: deltawriter.Options{SpillDir: f.t.TempDir(), MemoryLimit: 8 << 20},
+			Writer:   deltawriter.Options{SpillDir: f.t.TempDir(), MemoryLimit: 8 << 20},
 			Timeouts: sink.Timeouts{Align: 30 * time.Second}},
 		Warehouse: f.wh,
-		Table:     func(n TableName) (table.Identifier, error) { return table.Identifier{"pg", n.Schema + "_" + n.Table}, nil },
+		Table: func(n TableName) (table.Identifier, error) {
+			return table.Identifier{"pg", n.Schema + "_" + n.Table}, nil
+		},
 	}
 }
 
