@@ -1,16 +1,19 @@
 package postgres
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -311,4 +314,64 @@ func TestReplication(t *testing.T) {
 	}
 	f.replicate(200)
 	f.check("after the second run")
+}
+
+// TestReplicationKilled: icesink run --postgres is killed with SIGKILL at
+// random moments while transactions run (in the snapshot, mid-stream,
+// mid-commit), started again each time, and stopped with SIGTERM at the
+// end (exit 0): every Iceberg table equals its source table.
+func TestReplicationKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and kills the icesink command")
+	}
+	bin := filepath.Join(t.TempDir(), "icesink")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/icesink").CombinedOutput(); err != nil {
+		t.Fatalf("building icesink: %v\n%s", err, out)
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	f := newFixture(t, seed)
+	f.create()
+	spill := t.TempDir()
+	start := func() (*exec.Cmd, *bytes.Buffer) {
+		cmd := exec.Command(bin, "run", "--postgres", f.url, "--warehouse", f.dir, "--pg-tables", "app.*",
+			"--table-template", "pg.{schema}_{table}", "--sink-id", "pg", "--checkpoint-interval", "100ms",
+			"--memory-limit", "4MiB", "--spill-dir", spill, "--quiet")
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd, &out
+	}
+	var logs strings.Builder
+	for k := range 4 {
+		cmd, out := start()
+		for range f.rng.IntN(150) {
+			f.randomTxn()
+		}
+		time.Sleep(time.Duration(f.rng.IntN(800)) * time.Millisecond)
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		fmt.Fprintf(&logs, "--- run %d, killed\n%s\n", k+1, out)
+	}
+	cmd, out := start()
+	for range 100 {
+		f.randomTxn()
+	}
+	target := f.lsn()
+	deadline := time.Now().Add(90 * time.Second)
+	for _, ident := range []table.Identifier{{"pg", "app_orders"}, {"pg", "app_items"}} {
+		for f.committedLSN(ident) < target {
+			if time.Now().After(deadline) {
+				t.Fatalf("table %v holds %s, the server is at %s\n%s--- last run\n%s", ident, f.committedLSN(ident), target, logs.String(), out)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("icesink after SIGTERM: %v\n%s", err, out)
+	}
+	f.check("after 4 kills")
 }

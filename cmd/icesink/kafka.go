@@ -101,7 +101,7 @@ func (f *kafkaFlags) check(input, coordinator string, format changelog.Format) e
 	case format != changelog.DebeziumAvro && f.registryURL != "":
 		return fmt.Errorf("%w: --schema-registry is for --format debezium-avro", errUsage)
 	case !f.enabled() && input == "":
-		return fmt.Errorf("%w: --input or --kafka-brokers is required", errUsage)
+		return fmt.Errorf("%w: --input, --kafka-brokers or --postgres is required", errUsage)
 	case f.enabled() && input != "":
 		return fmt.Errorf("%w: --input and --kafka-brokers: give one input", errUsage)
 	case !f.enabled():

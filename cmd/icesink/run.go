@@ -64,6 +64,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		cmf commitFlags
 		crf coordFlags
 		rpf reportFlags
+		pf  pgFlags
 	)
 	tf.register(fs)
 	sf.register(fs)
@@ -74,15 +75,21 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	cmf.register(fs)
 	crf.register(fs)
 	rpf.register(fs)
+	pf.register(fs)
 	config := registerConfig(fs)
 	if err := parseFlagsAndConfig(fs, args, config); err != nil {
 		return err
 	}
-	if err := db.check(&tf, &kf, &sf, crf.addr, inf.format); err != nil {
+	if err := pf.check(fs, &tf, &sf, inf.input != "", kf.enabled(), crf.addr); err != nil {
 		return err
 	}
-	if err := tf.check(); err != nil && !db.enabled() {
-		return err
+	if !pf.enabled() {
+		if err := db.check(&tf, &kf, &sf, crf.addr, inf.format); err != nil {
+			return err
+		}
+		if err := tf.check(); err != nil && !db.enabled() {
+			return err
+		}
 	}
 	if err := warehouse.CheckName(cmf.sinkID); err != nil {
 		return fmt.Errorf("%w: --sink-id: %v", errUsage, err)
@@ -92,7 +99,11 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	fmtv, dbz := inf.parsedFormat, inf.parsedDebeziumOption
 	kf.maxRecord = inf.maxRecordBytes
-	if err := kf.check(inf.input, crf.addr, fmtv); err != nil {
+	input := inf.input
+	if pf.enabled() {
+		input = pf.url // the database is the input
+	}
+	if err := kf.check(input, crf.addr, fmtv); err != nil {
 		return err
 	}
 	for _, w := range kf.cleartextWarnings() {
@@ -109,7 +120,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := crf.apply(fs, &cfg, kf.grouped()); err != nil {
 		return err
 	}
-	if !db.enabled() {
+	if !db.enabled() && !pf.enabled() {
 		if cfg.Ident, err = warehouse.ParseIdent(tf.table); err != nil {
 			return fmt.Errorf("%w: --table: %v", errUsage, err)
 		}
@@ -139,7 +150,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	// A stream read once (standard input, a pipe, a FIFO) is journaled
 	// from the last commit on: a restart reads it again from there.
 	var journal *changelog.Journal
-	if inFile == nil && !kf.enabled() && !db.enabled() {
+	if inFile == nil && !kf.enabled() && !db.enabled() && !pf.enabled() {
 		if journal, err = changelog.NewJournal(in, wopts.SpillDir); err != nil {
 			// A read-only temporary folder: the run goes on, and a commit
 			// lost to another writer stops it instead.
@@ -163,6 +174,9 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return err
 	}
 	defer stopMetrics()
+	if pf.enabled() {
+		return runPostgres(ctx, pf, wh, cfg, db.template, tf.warehouse, kf.interval, spec, stdout, rpf.quiet)
+	}
 	if db.enabled() {
 		d := &database{wh: wh, base: cfg, kf: kf, format: fmtv, dbz: dbz, evolve: inf.evolve, spec: spec, overrides: db.overrides,
 			template: db.template, warehouse: tf.warehouse, stdout: stdout, stderr: stderr, quiet: rpf.quiet, stats: rpf.stats, memProfile: rpf.memProfile, stopBound: stopBound,
