@@ -134,9 +134,12 @@ func publicationTables(ctx context.Context, conn *pgx.Conn, pub string) ([]Table
 // sourceTable is what icesink knows of a source table: its columns and
 // its Iceberg schema.
 type sourceTable struct {
-	name   TableName
+	name TableName
+	// cols are the columns as the stream now sends them (the stream's
+	// goroutine owns them after Open).
 	cols   []column
-	schema *iceberg.Schema
+	keys   map[string]bool // the key columns, by name
+	schema *iceberg.Schema // of the columns at Open, for a new table
 }
 
 // errNoKey is a table without a primary key (and no key given).
@@ -195,7 +198,11 @@ ORDER BY a.attnum`, n.Schema, n.Table)
 	}
 	var fields []iceberg.NestedField
 	var ids []int
+	t.keys = map[string]bool{}
 	for i, c := range t.cols {
+		if c.key {
+			t.keys[c.name] = true
+		}
 		f := iceberg.NestedField{ID: i + 1, Name: c.name, Type: c.typ, Required: c.notNull || c.key}
 		if c.key {
 			ids = append(ids, f.ID)

@@ -2,40 +2,11 @@ package postgres
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pglogrepl"
 
 	"github.com/icesink/icesink/deltawriter"
 )
-
-// checkRelation compares a relation message (the table's columns as the
-// stream now sends them) with the columns the table was described with:
-// a change of columns stops the table, naming what changed.
-func (t *sourceTable) checkRelation(m *pglogrepl.RelationMessage) error {
-	var diffs []string
-	if len(m.Columns) != len(t.cols) {
-		var now []string
-		for _, c := range m.Columns {
-			now = append(now, c.Name)
-		}
-		var was []string
-		for _, c := range t.cols {
-			was = append(was, c.name)
-		}
-		diffs = append(diffs, fmt.Sprintf("columns (%s) are now (%s)", strings.Join(was, ", "), strings.Join(now, ", ")))
-	} else {
-		for i, c := range m.Columns {
-			if was := t.cols[i]; c.Name != was.name || c.DataType != was.oid || c.TypeModifier != was.typmod {
-				diffs = append(diffs, fmt.Sprintf("column %d %s (type %d, modifier %d) is now %s (type %d, modifier %d)", i+1, was.name, was.oid, was.typmod, c.Name, c.DataType, c.TypeModifier))
-			}
-		}
-	}
-	if len(diffs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("table %s changed its columns at the source: %s; following schema changes from PostgreSQL is not supported yet: the table stops here, its commits hold every change before", t.name, strings.Join(diffs, "; "))
-}
 
 // values decodes a tuple into a row of the table's columns; old fills
 // the unchanged large (TOASTed) values the tuple does not carry.

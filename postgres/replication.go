@@ -190,10 +190,12 @@ func (r *Replication) soughtOne() {
 // waits for its sink (which bounds what the stream holds in memory).
 const queueLen = 1024
 
-// item is one entry of a table's queue: a change, the end of a
-// transaction, or a position every earlier transaction is below.
+// item is one entry of a table's queue: a change (its row in the
+// stream's columns), new columns, the end of a transaction, or a
+// position every earlier transaction is below.
 type item struct {
 	ch   *change
+	cols []column
 	end  pglogrepl.LSN // a transaction's end (ch nil)
 	mark pglogrepl.LSN // no transaction of the table below it is left (ch nil, end 0)
 	err  error
@@ -336,8 +338,12 @@ func (st *streamState) handle(ctx context.Context, data []byte) error {
 		s := r.byName[n]
 		r.byRel[m.RelationID] = s
 		if s != nil {
-			if err := s.t.checkRelation(m); err != nil {
-				return st.push(ctx, s, item{err: err})
+			// Changes after it come in its columns; the table's sink
+			// follows them (an added column, a wider type, a dropped one
+			// made optional) when it reads this far.
+			if cols := s.t.relationColumns(m); !sameColumns(cols, s.t.cols) {
+				s.t.cols = cols
+				return st.push(ctx, s, item{cols: cols})
 			}
 		}
 	case *pglogrepl.BeginMessage:

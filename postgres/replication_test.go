@@ -70,7 +70,7 @@ func (f *pgFixture) config(logger *slog.Logger) RunConfig {
 	return RunConfig{
 		Source: Config{URL: f.url, Publication: "icesink", Tables: []string{"app.*"}, Slot: "icesink", StatusInterval: 200 * time.Millisecond, Logger: logger},
 		Sink: sink.Config{Loader: f.wh.Catalog, SinkID: "pg", StateDir: filepath.Join(f.dir, "_state"), Vnodes: 16,
-			BarrierInterval: 200 * time.Millisecond, Writers: 2, KeyIndexDir: "-", Logger: logger,
+			BarrierInterval: 200 * time.Millisecond, Writers: 2, KeyIndexDir: "-", Logger: logger, EvolveSchema: true,
 			Writer:   deltawriter.Options{SpillDir: f.t.TempDir(), MemoryLimit: 8 << 20},
 			Timeouts: sink.Timeouts{Align: 30 * time.Second}},
 		Warehouse: f.wh,
@@ -161,17 +161,22 @@ func (f *pgFixture) committedLSN(ident table.Identifier) pglogrepl.LSN {
 	return l
 }
 
-// check compares every Iceberg table with its source table.
-func (f *pgFixture) check(step string) {
+// check compares every Iceberg table with its source table (the
+// source's columns, by name: a column dropped at the source stays in
+// the table).
+func (f *pgFixture) check(step string, tables ...TableName) {
 	f.t.Helper()
 	ctx := context.Background()
-	for _, n := range []TableName{{"app", "orders"}, {"app", "items"}} {
+	if len(tables) == 0 {
+		tables = []TableName{{"app", "orders"}, {"app", "items"}}
+	}
+	for _, n := range tables {
 		st, err := describe(ctx, f.conn, n, nil)
 		if err != nil {
 			f.t.Fatal(err)
 		}
 		want := map[string][]any{}
-		rows, err := f.conn.Query(ctx, "SELECT * FROM "+n.quoted(), pgx.QueryResultFormats{pgx.TextFormatCode})
+		rows, err := f.conn.Query(ctx, "SELECT * FROM "+n.quoted(), pgx.QueryExecModeSimpleProtocol)
 		if err != nil {
 			f.t.Fatal(err)
 		}
@@ -198,15 +203,23 @@ func (f *pgFixture) check(step string) {
 			f.t.Fatalf("%s: table %v: tablelint: %v %v", step, ident, err, rep.Err())
 		}
 		got := map[string][]any{}
-		for row, err := range warehouse.Rows(ctx, tbl) {
+		for full, err := range warehouse.Rows(ctx, tbl) {
 			if err != nil {
 				f.t.Fatal(err)
+			}
+			row := make([]any, len(st.cols))
+			for i, c := range st.cols {
+				for j, fl := range tbl.Schema().Fields() {
+					if fl.Name == c.name {
+						row[i] = full[j]
+					}
+				}
 			}
 			k := keyOf(st, row)
 			if _, dup := got[k]; dup {
 				f.t.Fatalf("%s: table %v holds key %s twice", step, ident, k)
 			}
-			got[k] = slices.Clone(row)
+			got[k] = row
 		}
 		if !reflect.DeepEqual(got, want) {
 			var diffs []string
@@ -374,4 +387,102 @@ func TestReplicationKilled(t *testing.T) {
 		t.Fatalf("icesink after SIGTERM: %v\n%s", err, out)
 	}
 	f.check("after 4 kills")
+}
+
+// TestSchemaChanges: columns added, widened and dropped at the source,
+// while a run reads the stream and while none does, are followed by the
+// table (a dropped NOT NULL column made optional); a type change Iceberg
+// cannot take stops that table alone, naming table, column and types.
+func TestSchemaChanges(t *testing.T) {
+	f := newFixture(t, 3)
+	f.exec(`CREATE SCHEMA app`)
+	f.exec(`CREATE TABLE app.orders (id bigint PRIMARY KEY, customer varchar(40), paid boolean NOT NULL, qty integer)`)
+	f.exec(`ALTER TABLE app.orders REPLICA IDENTITY FULL`) // text columns come
+	f.exec(`CREATE TABLE app.items (k integer PRIMARY KEY, sku varchar(20))`)
+	items := true // items takes rows too
+	ins := func(n int, extra string, vals func(i int) string) {
+		for i := range n {
+			id := f.rng.IntN(300)
+			f.exec(fmt.Sprintf(`INSERT INTO app.orders (id, customer%s) VALUES (%d, 'c%d'%s) ON CONFLICT (id) DO UPDATE SET customer = excluded.customer`, extra, id, i, vals(i)))
+			if !items {
+				continue
+			}
+			f.exec(fmt.Sprintf(`INSERT INTO app.items VALUES (%d, 's%d') ON CONFLICT (k) DO UPDATE SET sku = excluded.sku`, id, i))
+		}
+	}
+	ins(50, ", paid, qty", func(i int) string { return fmt.Sprintf(", %v, %d", i%2 == 0, i) })
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, f.config(logger))
+		done <- err
+	}()
+	f.waitCommitted(done, table.Identifier{"pg", "app_orders"}, table.Identifier{"pg", "app_items"}) // the snapshot is read
+	f.exec(`ALTER TABLE app.orders ADD COLUMN region text`)
+	ins(50, ", paid, qty, region", func(i int) string { return fmt.Sprintf(", true, %d, 'r%d'", i, i%3) })
+	f.exec(`ALTER TABLE app.orders ALTER COLUMN qty TYPE bigint`)
+	ins(50, ", paid, qty", func(i int) string { return fmt.Sprintf(", false, %d", int64(i)<<33) })
+	f.exec(`ALTER TABLE app.orders DROP COLUMN paid`)
+	ins(50, ", qty", func(i int) string { return fmt.Sprintf(", %d", i) })
+	f.waitCommitted(done, table.Identifier{"pg", "app_orders"}, table.Identifier{"pg", "app_items"})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	f.check("after changes during the run")
+	// A change while no run reads: the next run's start follows it.
+	f.exec(`ALTER TABLE app.orders ADD COLUMN note text`)
+	ins(30, ", note", func(i int) string { return fmt.Sprintf(", 'n%d'", i) })
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	done = make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, f.config(logger))
+		done <- err
+	}()
+	// A type Iceberg cannot change to: items stops, orders goes on.
+	f.exec(`ALTER TABLE app.items ALTER COLUMN sku TYPE integer USING length(sku)`)
+	f.exec(`INSERT INTO app.items VALUES (1000, 5)`)
+	items = false
+	ins(20, ", note", func(i int) string { return fmt.Sprintf(", 'm%d'", i) })
+	f.waitCommitted(done, table.Identifier{"pg", "app_orders"})
+	cancel()
+	err := <-done
+	if err == nil || !strings.Contains(err.Error(), "app.items") || !strings.Contains(err.Error(), `"sku"`) {
+		t.Fatalf("a type change of items.sku: %v", err)
+	}
+	t.Logf("items stopped: %v", err)
+	f.check("after a change while stopped", TableName{"app", "orders"})
+	tbl, err := f.wh.Catalog.LoadTable(context.Background(), table.Identifier{"pg", "app_orders"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"paid": "boolean optional", "qty": "long optional", "region": "string optional", "note": "string optional"} {
+		fl, ok := tbl.Schema().FindFieldByName(name)
+		if got := fmt.Sprintf("%s optional", fl.Type); !ok || got != want || fl.Required {
+			t.Errorf("column %s: %v %v, want %s", name, fl.Type, fl.Required, want)
+		}
+	}
+}
+
+// waitCommitted waits until each table holds the server's position now.
+func (f *pgFixture) waitCommitted(done <-chan error, idents ...table.Identifier) {
+	f.t.Helper()
+	target := f.lsn()
+	deadline := time.Now().Add(60 * time.Second)
+	for _, ident := range idents {
+		for f.committedLSN(ident) < target {
+			select {
+			case err := <-done:
+				f.t.Fatalf("the replication ended early: %v", err)
+			default:
+			}
+			if time.Now().After(deadline) {
+				f.t.Fatalf("table %v holds %s, the server is at %s", ident, f.committedLSN(ident), target)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 }

@@ -1,17 +1,22 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/icesink/icesink/commit"
+	"github.com/icesink/icesink/coordinator"
 	"github.com/icesink/icesink/deltawriter"
 	"github.com/icesink/icesink/sink"
 	"github.com/icesink/icesink/warehouse"
@@ -45,10 +50,82 @@ type TableResult struct {
 // one epoch for all of them, until ctx ends (every table then commits
 // what it read, at a transaction boundary) or the stream fails. A table
 // whose sink fails stops alone; the slot then stays where it committed.
+//
+// A table's failure aborts the epoch every table's window is in: the
+// round ends, and a new one (a new stream, from what each table holds)
+// goes on without the failed table, whose position keeps holding the
+// slot, so that nothing is lost once it is fixed. A lost connection (a
+// restarted server) is retried the same way, waiting longer each time, up
+// to a minute.
 func Run(ctx context.Context, rc RunConfig) ([]TableResult, error) {
+	log := rc.Source.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	failed := map[TableName]error{}
+	total := map[TableName]*TableResult{}
+	var order []TableName
+	wait := time.Second
+	for round := 1; ; round++ {
+		res, retry, err := runRound(ctx, rc, failed)
+		if err != nil && round == 1 && res == nil {
+			return nil, err // the first start: a wrong URL, a missing privilege
+		}
+		for _, r := range res {
+			t, ok := total[r.Source]
+			if !ok {
+				t = &TableResult{Source: r.Source, Ident: r.Ident, Result: r.Result}
+				total[r.Source] = t
+				order = append(order, r.Source)
+			} else {
+				t.Commits += r.Commits
+				t.Changes += r.Changes
+				t.Committed = r.Committed
+			}
+			if r.Err != nil {
+				t.Err = r.Err
+			}
+		}
+		if ctx.Err() != nil || !retry && err == nil {
+			break
+		}
+		if err != nil {
+			log.Warn("the replication failed; starting again from what the tables hold", "err", err, "in", wait)
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, time.Minute)
+		} else {
+			wait = time.Second
+			log.Info("a table stopped and aborted the others' open windows; they go on from what they hold")
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	out := make([]TableResult, 0, len(order))
+	var errs []error
+	for _, n := range order {
+		t := total[n]
+		if err, ok := failed[n]; ok {
+			t.Err = err
+			errs = append(errs, fmt.Errorf("table %s (source %s): %w", strings.Join(t.Ident, "."), n, err))
+		} else {
+			t.Err = nil
+		}
+		out = append(out, *t)
+	}
+	return out, errors.Join(errs...)
+}
+
+// runRound runs one stream over the tables that have not failed, until
+// ctx ends, the stream fails (err), or a table's failure aborted the
+// others' windows (retry); failed gains the tables that failed.
+func runRound(ctx context.Context, rc RunConfig, failed map[TableName]error) (_ []TableResult, retry bool, _ error) {
 	r, err := Open(ctx, rc.Source)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer r.Close()
 	srcs := r.Tables()
@@ -58,31 +135,32 @@ func Run(ctx context.Context, rc RunConfig) ([]TableResult, error) {
 	for i, s := range srcs {
 		ident, err := rc.Table(s.Name())
 		if err != nil {
-			return nil, fmt.Errorf("table %s: %w", s.Name(), err)
+			return nil, false, fmt.Errorf("table %s: %w", s.Name(), err)
 		}
 		name := strings.Join(ident, ".")
 		if other, dup := seen[name]; dup {
-			return nil, fmt.Errorf("tables %s and %s both go to table %s", other, s.Name(), name)
+			return nil, false, fmt.Errorf("tables %s and %s both go to table %s", other, s.Name(), name)
 		}
 		seen[name] = s.Name()
-		spec := rc.Spec
-		spec.Schema = s.Schema()
-		tbl, _, err := rc.Warehouse.LoadOrCreate(ctx, ident, spec)
-		if err != nil {
-			return nil, fmt.Errorf("table %s: %w", s.Name(), err)
-		}
-		ps := tbl.Spec()
-		if err := deltawriter.CheckTable(tbl.Schema(), &ps); err != nil {
-			return nil, fmt.Errorf("table %s: %w", name, err)
-		}
 		results[i] = TableResult{Source: s.Name(), Ident: ident}
 		known = append(known, ident)
+		if err, ok := failed[s.Name()]; ok {
+			holdAt(ctx, rc, s, ident)
+			results[i].Err = err
+			continue
+		}
+		if err := prepareTable(ctx, rc, s, ident); err != nil {
+			failed[s.Name()] = err
+			cmp.Or(rc.Sink.Logger, slog.Default()).Error("a table stopped; the other tables go on", "table", name, "source", s.Name().String(), "err", err)
+			holdAt(ctx, rc, s, ident)
+			results[i].Err = err
+		}
 	}
 	base := rc.Sink
 	if total := base.Writer.MemoryLimit; total > 0 {
 		writers := len(srcs) * max(base.Writers, 1)
 		if per := total / int64(writers); per < deltawriter.MinMemoryLimit {
-			return nil, fmt.Errorf("a memory limit of %d bytes split over %d tables x %d writers leaves %d bytes a writer, less than the %d a writer needs", total, len(srcs), max(base.Writers, 1), per, deltawriter.MinMemoryLimit)
+			return nil, false, fmt.Errorf("a memory limit of %d bytes split over %d tables x %d writers leaves %d bytes a writer, less than the %d a writer needs", total, len(srcs), max(base.Writers, 1), per, deltawriter.MinMemoryLimit)
 		}
 		budget := sink.NewBudget(total, writers)
 		bctx, stopBudget := context.WithCancel(ctx)
@@ -92,7 +170,7 @@ func Run(ctx context.Context, rc RunConfig) ([]TableResult, error) {
 	}
 	db, err := sink.StartDatabase(context.WithoutCancel(ctx), base, len(srcs), known)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	defer db.Close()
 	// The stream and the sinks outlive ctx: its end stops the input at a
@@ -105,6 +183,9 @@ func Run(ctx context.Context, rc RunConfig) ([]TableResult, error) {
 	go func() { streamErr <- r.Run(streamCtx) }()
 	var wg sync.WaitGroup
 	for i, s := range srcs {
+		if results[i].Err != nil {
+			continue // held
+		}
 		wg.Go(func() {
 			cfg := base
 			cfg.Ident, cfg.Database, cfg.StateDir = results[i].Ident, db, ""
@@ -129,14 +210,62 @@ func Run(ctx context.Context, rc RunConfig) ([]TableResult, error) {
 	wg.Wait()
 	r.Stop()
 	cancelStream()
-	var errs []error
-	if err := <-streamErr; err != nil {
-		errs = append(errs, err)
-	}
-	for _, res := range results {
-		if res.Err != nil {
-			errs = append(errs, fmt.Errorf("table %s (source %s): %w", strings.Join(res.Ident, "."), res.Source, res.Err))
+	serr := <-streamErr
+	for i, res := range results {
+		switch {
+		case errors.Is(res.Err, coordinator.ErrAborted):
+			// Another table's failure: this one goes on in the next round.
+			results[i].Err, retry = nil, true
+		case res.Err != nil:
+			failed[res.Source] = res.Err
 		}
 	}
-	return results, errors.Join(errs...)
+	return results, retry, serr
+}
+
+// prepareTable creates the Iceberg table of s, or makes the existing
+// one's schema hold the source's columns (changed while no run read
+// them), and lays s's rows out in it.
+func prepareTable(ctx context.Context, rc RunConfig, s *Source, ident table.Identifier) error {
+	name := strings.Join(ident, ".")
+	tbl, err := rc.Warehouse.Catalog.LoadTable(ctx, ident)
+	switch {
+	case errors.Is(err, catalog.ErrNoSuchTable):
+		spec := rc.Spec
+		spec.Schema = s.Schema()
+		if tbl, _, err = rc.Warehouse.LoadOrCreate(ctx, ident, spec); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	default:
+		if changes := s.SchemaChanges(tbl.Schema()); len(changes) > 0 {
+			if !rc.Sink.EvolveSchema {
+				return fmt.Errorf("the columns of %s changed (%v), and the schema does not follow the source (--evolve-schema=false)", s.Name(), changes)
+			}
+			if tbl, err = commit.EvolveSchema(ctx, rc.Warehouse.Catalog, ident, changes); err != nil {
+				return err
+			}
+		}
+	}
+	if err := s.SetSchema(tbl.Schema()); err != nil {
+		return err
+	}
+	ps := tbl.Spec()
+	if err := deltawriter.CheckTable(tbl.Schema(), &ps); err != nil {
+		return fmt.Errorf("table %s: %w", name, err)
+	}
+	return nil
+}
+
+// holdAt leaves s out of the round: the stream does not queue its
+// changes, and the slot keeps them from what its table holds on.
+func holdAt(ctx context.Context, rc RunConfig, s *Source, ident table.Identifier) {
+	if pos, err := sink.Resume(ctx, sink.Config{Loader: rc.Sink.Loader, Ident: ident, SinkID: rc.Sink.SinkID}); err == nil {
+		if lsn, err := parseLSN(pos.Offsets[PropLSN]); err == nil {
+			s.committed.Store(uint64(lsn))
+		}
+	}
+	s.Stopped()
+	s.markSought()
 }

@@ -69,6 +69,12 @@ type Source struct {
 	line  int64
 	recs  []deltawriter.Change
 
+	// lay maps the stream's rows onto the table's schema; pending are
+	// columns waiting for the table's schema to follow them.
+	lay     *layout
+	schema  *iceberg.Schema
+	pending []column
+
 	snap     *snapshot // the rows to read first (nil: none, or read)
 	snapRows int64
 }
@@ -76,8 +82,32 @@ type Source struct {
 // Name is the source table's name.
 func (s *Source) Name() TableName { return s.t.name }
 
-// Schema is the Iceberg schema of the source table's columns.
+// Schema is the Iceberg schema of the source table's columns (at Open).
 func (s *Source) Schema() *iceberg.Schema { return s.t.schema }
+
+// SchemaChanges are the changes table schema needs to hold the source
+// table's columns (for commit.EvolveSchema; none: it holds them).
+func (s *Source) SchemaChanges(schema *iceberg.Schema) []iceberg.NestedField {
+	return schemaChanges(s.t.cols, schema)
+}
+
+// SetSchema sets the table's schema the rows are laid out in: at the
+// start, and after the sink evolved it to hold the source's columns.
+func (s *Source) SetSchema(schema *iceberg.Schema) error {
+	cols := s.t.cols // the stream has not started, or
+	if s.lay != nil {
+		cols = s.lay.cols
+	}
+	if s.pending != nil {
+		cols = s.pending
+	}
+	lay, err := newLayout(cols, schema)
+	if err != nil {
+		return fmt.Errorf("table %s: %w", s.t.name, err)
+	}
+	s.lay, s.schema, s.pending = lay, schema, nil
+	return nil
+}
 
 // Identity names the server, database and table.
 func (s *Source) Identity() string { return s.r.system + "/" + s.t.name.String() }
@@ -195,8 +225,20 @@ func (s *Source) Next() (changelog.Record, error) {
 			case it.ch != nil:
 				s.inTxn = true
 				s.line++
-				s.recs = append(s.recs[:0], *it.ch)
+				s.recs = append(s.recs[:0], deltawriter.Change{Op: it.ch.Op, Row: s.lay.row(it.ch.Row)})
 				return changelog.Record{Line: s.line, Changes: s.recs}, nil
+			case it.cols != nil:
+				if changes := schemaChanges(it.cols, s.schema); len(changes) > 0 {
+					// The sink evolves the table and calls SetSchema.
+					s.pending = it.cols
+					return changelog.Record{}, &changelog.SchemaChangeError{Columns: changes}
+				}
+				lay, err := newLayout(it.cols, s.schema)
+				if err != nil {
+					return changelog.Record{}, fmt.Errorf("table %s: %w", s.t.name, err)
+				}
+				s.lay = lay
+				continue
 			case it.end != 0:
 				s.inTxn, s.pos = false, it.end
 			case it.mark > s.pos && !s.inTxn:
@@ -281,6 +323,12 @@ func (r *Replication) openSnapshot(ctx context.Context, t *sourceTable) (_ *snap
 	if _, err := sn.conn.Exec(ctx, "SET TRANSACTION SNAPSHOT "+quoteLiteral(name)); err != nil {
 		return nil, 0, fmt.Errorf("importing snapshot %s: %w", name, err)
 	}
+	// No column change while the table is read (one made between the
+	// snapshot and this lock fails the read: a new run reads the table
+	// in a snapshot of its own).
+	if _, err := sn.conn.Exec(ctx, "LOCK TABLE "+t.name.quoted()+" IN ACCESS SHARE MODE"); err != nil {
+		return nil, 0, fmt.Errorf("locking the table against column changes while it is read: %w", err)
+	}
 	var est float64
 	_ = sn.conn.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = $1::regclass`, t.name.quoted()).Scan(&est)
 	cols := make([]string, len(t.cols))
@@ -326,8 +374,8 @@ func (s *Source) nextSnapshot() (changelog.Record, error) {
 		return changelog.Record{}, io.EOF
 	}
 	raw := rows.RawValues()
-	row := make([]any, len(s.t.cols))
-	for i, c := range s.t.cols {
+	row := make([]any, len(s.lay.cols))
+	for i, c := range s.lay.cols {
 		if raw[i] == nil {
 			continue
 		}
@@ -339,6 +387,6 @@ func (s *Source) nextSnapshot() (changelog.Record, error) {
 	}
 	s.snapRows++
 	s.line++
-	s.recs = append(s.recs[:0], deltawriter.Change{Op: deltawriter.Insert, Row: row})
+	s.recs = append(s.recs[:0], deltawriter.Change{Op: deltawriter.Insert, Row: s.lay.row(row)})
 	return changelog.Record{Line: s.line, Changes: s.recs}, nil
 }
