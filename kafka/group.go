@@ -157,3 +157,40 @@ func PartitionCount(ctx context.Context, brokers []string, topic string, opts ..
 	}
 	return n, nil
 }
+
+// StopOffsets returns, per partition of topic, the offset a --stop-at-end
+// read ends at now: the end offset, or the last stable offset below it
+// (a transaction still open is not waited for).
+func StopOffsets(ctx context.Context, brokers []string, topic string, opts ...kgo.Opt) (map[int32]int64, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ClientID("icesink"), kgo.DisableClientMetrics()}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka: connecting to %s: %w", strings.Join(brokers, ","), err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kafka: listing the end offsets of topic %q: %w", topic, err)
+	}
+	stable, err := adm.ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = stable.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("kafka: listing the stable offsets of topic %q: %w", topic, err)
+	}
+	out := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Topic != topic {
+			return
+		}
+		out[o.Partition] = o.Offset
+		if st, ok := stable.Lookup(topic, o.Partition); ok && st.Err == nil && st.Offset < o.Offset {
+			out[o.Partition] = st.Offset
+		}
+	})
+	return out, nil
+}

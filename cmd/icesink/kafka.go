@@ -10,6 +10,7 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -396,6 +397,14 @@ func (f *kafkaFlags) runGroup(ctx context.Context, cfg sink.Config, schema *iceb
 	if !f.telemetry {
 		opts = append(opts, kgo.DisableClientMetrics())
 	}
+	// --stop-at-end: the group reads every partition to where it ends
+	// now, whichever process ends up holding it.
+	var stopAt map[int32]int64
+	if f.stopAtEnd {
+		if stopAt, err = kafka.StopOffsets(ctx, brokers, f.topic, secOpts...); err != nil {
+			return sink.Result{}, err
+		}
+	}
 	m, err := kafka.JoinGroup(ctx, brokers, f.group, f.topic, f.session, opts...)
 	if err != nil {
 		return sink.Result{}, err
@@ -467,6 +476,23 @@ func (f *kafkaFlags) runGroup(ctx context.Context, cfg sink.Config, schema *iceb
 			total.Start = res.Start
 		}
 		switch {
+		case err == nil && stopAt != nil && ctx.Err() == nil:
+			unread, uerr := unreadPartitions(ctx, cfg, f.topic, stopAt)
+			if uerr != nil {
+				return total, uerr
+			}
+			if unread == "" {
+				return total, nil
+			}
+			// Partitions another process held (one killed, whose session
+			// has not expired yet) are not read to their end: stay in the
+			// group until they come to this process or are read.
+			log.Info("this process's partitions are read to their end; waiting in the group for the partitions still unread", "group", f.group, "topic", f.topic, "unread", unread)
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return total, nil
+			}
 		case err == nil:
 			return total, nil
 		case ctx.Err() != nil:
@@ -502,4 +528,21 @@ func (f *kafkaFlags) runGroup(ctx context.Context, cfg sink.Config, schema *iceb
 			return total, err
 		}
 	}
+}
+
+// unreadPartitions lists the partitions of topic whose offsets in the
+// table are below stopAt ("": none).
+func unreadPartitions(ctx context.Context, cfg sink.Config, topic string, stopAt map[int32]int64) (string, error) {
+	pos, err := sink.Resume(ctx, cfg)
+	if err != nil {
+		return "", err
+	}
+	var unread []string
+	for _, p := range slices.Sorted(maps.Keys(stopAt)) {
+		next, _ := strconv.ParseInt(pos.Offsets[kafka.PropPrefix+topic+"."+strconv.Itoa(int(p))], 10, 64)
+		if next < stopAt[p] {
+			unread = append(unread, fmt.Sprintf("%d (%d of %d)", p, next, stopAt[p]))
+		}
+	}
+	return strings.Join(unread, ", "), nil
 }

@@ -32,7 +32,13 @@ func Start(t *testing.T, settings ...string) string {
 		t.Skip("PostgreSQL is not installed (apt-get install postgresql)")
 	}
 	bin := filepath.Dir(bins[len(bins)-1])
-	dir, err := os.MkdirTemp("", "icesink-pg")
+	base := ""
+	if os.Geteuid() == 0 {
+		// The postgres user must reach the folder: not through a private
+		// TMPDIR of root's.
+		base = "/tmp"
+	}
+	dir, err := os.MkdirTemp(base, "icesink-pg")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,9 @@
 // whose events may add a column mid-stream (and widen it from int32 to
 // int64), make a required column optional or drop it, and whose last
 // topic may appear only after the first run, found by --topic-regex), one
-// process or a consumer group of two at an icesink coordinator,
+// process or a consumer group of two at an icesink coordinator; or the
+// tables of a real PostgreSQL server by logical replication, their
+// changes run as transactions, some rolled back),
 // checkpoint size, commit
 // interval, snapshot retention, record-size limit, a kept or no key
 // index) and a schedule (the icesink
