@@ -116,7 +116,7 @@ type config struct {
 	Group          bool   // kafka: two processes in a consumer group with an icesink coordinator (one writer each, no maintenance)
 	// Input "postgres": the changes are transactions on 1-2 tables of a
 	// PostgreSQL server (some rolled back), read by logical replication.
-	Lines, Keys    int    // the stream's length and key space
+	Lines, Keys int // the stream's length and key space
 }
 
 // draw draws a configuration from rng; later additions to the draw come
