@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -67,6 +68,11 @@ type Replication struct {
 	sought  chan struct{} // closed when every table is sought
 	stopped chan struct{} // closed by Stop
 	stopOne sync.Once
+	// serverEnd is the server's WAL end the stream last told of;
+	// lastCommit the source commit time (unix ns) of the newest
+	// transaction delivered, 0 once a keepalive showed nothing newer.
+	serverEnd  atomic.Uint64
+	lastCommit atomic.Int64
 	// ended is closed when Run returns; streamErr is why (nil: stopped).
 	ended     chan struct{}
 	streamErr error
@@ -267,10 +273,12 @@ func (r *Replication) Run(ctx context.Context) (err error) {
 				if err != nil {
 					return fmt.Errorf("a keepalive: %w", err)
 				}
+				r.serverEnd.Store(uint64(ka.ServerWALEnd))
 				if st.txn == nil {
 					// Every transaction below the server's sent position
 					// has come: idle tables move there.
 					st.markAll(ctx, ka.ServerWALEnd)
+					r.lastCommit.Store(0)
 				}
 				if ka.ReplyRequested {
 					next = time.Time{}
@@ -279,6 +287,9 @@ func (r *Replication) Run(ctx context.Context) (err error) {
 				xld, err := pglogrepl.ParseXLogData(m.Data[1:])
 				if err != nil {
 					return fmt.Errorf("a WAL message: %w", err)
+				}
+				if uint64(xld.ServerWALEnd) > r.serverEnd.Load() {
+					r.serverEnd.Store(uint64(xld.ServerWALEnd))
 				}
 				if err := st.handle(ctx, xld.WALData); err != nil {
 					return err
@@ -355,6 +366,7 @@ func (st *streamState) handle(ctx context.Context, data []byte) error {
 			}
 		}
 		st.txn = nil
+		r.lastCommit.Store(m.CommitTime.UnixNano())
 		st.markAll(ctx, m.TransactionEndLSN)
 	case *pglogrepl.InsertMessage:
 		return st.change(ctx, m.RelationID, func(t *sourceTable) ([]*change, error) { return t.insert(m) })

@@ -20,6 +20,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/icesink/icesink/deltawriter"
 	"github.com/icesink/icesink/internal/pgtest"
@@ -250,8 +251,9 @@ func keyOf(st *sourceTable, row []any) string {
 }
 
 // replicate runs the replication while txns random transactions run,
-// then until every table holds the server's position, and stops it.
-func (f *pgFixture) replicate(txns int) []TableResult {
+// then until every table holds the server's position, and stops it; it
+// returns the metrics gathered before the stop.
+func (f *pgFixture) replicate(txns int) map[string]float64 {
 	f.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -261,8 +263,11 @@ func (f *pgFixture) replicate(txns int) []TableResult {
 		err error
 	}
 	done := make(chan out, 1)
+	reg := prometheus.NewRegistry()
+	cfg := f.config(logger)
+	cfg.Sink.Registerer = reg
 	go func() {
-		res, err := Run(ctx, f.config(logger))
+		res, err := Run(ctx, cfg)
 		done <- out{res, err}
 	}()
 	for range txns {
@@ -284,13 +289,27 @@ func (f *pgFixture) replicate(txns int) []TableResult {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+	metrics := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				name += "," + l.GetName() + "=" + l.GetValue()
+			}
+			metrics[name] = m.GetGauge().GetValue() + m.GetCounter().GetValue()
+		}
+	}
 	cancel()
 	select {
 	case o := <-done:
 		if o.err != nil {
 			f.t.Fatalf("the replication: %v", o.err)
 		}
-		return o.res
+		return metrics
 	case <-time.After(60 * time.Second):
 		f.t.Fatal("the replication did not stop")
 	}
@@ -316,8 +335,29 @@ func (f *pgFixture) slotLSN() pglogrepl.LSN {
 func TestReplication(t *testing.T) {
 	f := newFixture(t, 1)
 	f.create()
-	f.replicate(300)
+	var rows int
+	if err := f.conn.QueryRow(context.Background(), "SELECT count(*) FROM app.orders").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	m := f.replicate(300)
 	f.check("after the first run")
+	// The snapshot is taken as the transactions run: at least the rows
+	// before them.
+	if got := m["icesink_postgres_snapshot_rows_total,table=app.orders"]; got < float64(rows) || got == 0 {
+		t.Errorf("icesink_postgres_snapshot_rows_total of app.orders: %v, the table had %d rows before the run", got, rows)
+	}
+	for _, name := range []string{"icesink_postgres_slot_lag_bytes,slot=icesink", "icesink_postgres_replication_lag_seconds,slot=icesink"} {
+		if v, ok := m[name]; !ok || v < 0 {
+			t.Errorf("metric %s: %v %v", name, v, ok)
+		}
+	}
+	if _, ok := m["icesink_commits_total,table=pg.app_items"]; !ok {
+		var names []string
+		for k := range m {
+			names = append(names, k)
+		}
+		t.Errorf("no icesink_commits_total of pg.app_items among %v", names)
+	}
 	if slot, held := f.slotLSN(), f.committedLSN(table.Identifier{"pg", "app_items"}); slot == 0 || slot > held {
 		t.Errorf("the slot confirmed %s, the items table holds %s", slot, held)
 	}

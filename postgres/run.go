@@ -14,6 +14,7 @@ import (
 
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/coordinator"
@@ -128,6 +129,13 @@ func runRound(ctx context.Context, rc RunConfig, failed map[TableName]error) (_ 
 		return nil, false, err
 	}
 	defer r.Close()
+	if reg := rc.Sink.Registerer; reg != nil {
+		col := r.Collector()
+		if err := reg.Register(col); err != nil {
+			return nil, false, fmt.Errorf("registering the replication's metrics: %w", err)
+		}
+		defer reg.Unregister(col)
+	}
 	srcs := r.Tables()
 	results := make([]TableResult, len(srcs))
 	var known []table.Identifier
@@ -192,6 +200,9 @@ func runRound(ctx context.Context, rc RunConfig, failed map[TableName]error) (_ 
 			cfg.CheckpointRows = math.MaxInt64 // the database's barriers end the epochs
 			if cfg.Logger != nil {
 				cfg.Logger = cfg.Logger.With("table", strings.Join(cfg.Ident, "."))
+			}
+			if cfg.Registerer != nil {
+				cfg.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"table": strings.Join(cfg.Ident, ".")}, cfg.Registerer)
 			}
 			if dir := cfg.KeyIndexBase(); dir != "" {
 				cfg.KeyIndexDir = filepath.Join(dir, "t-"+strings.Join(cfg.Ident, "."))

@@ -77,6 +77,9 @@ type Source struct {
 
 	snap     *snapshot // the rows to read first (nil: none, or read)
 	snapRows int64
+	// snapRowsRead and snapEstimate are the snapshot's progress, for
+	// the metrics.
+	snapRowsRead, snapEstimate atomic.Int64
 }
 
 // Name is the source table's name.
@@ -184,7 +187,7 @@ func (s *Source) Seek(ctx context.Context, offsets map[string]string, _ int64) (
 		s.committed.Store(uint64(lsn))
 		return nil
 	}
-	snap, at, err := s.r.openSnapshot(ctx, s.t)
+	snap, at, err := s.r.openSnapshot(ctx, s.t, &s.snapEstimate)
 	if err != nil {
 		return fmt.Errorf("table %s: %w", s.t.name, err)
 	}
@@ -285,7 +288,7 @@ type snapshot struct {
 // openSnapshot starts reading t's rows in the slot's exported snapshot
 // (created by this run), or in a temporary slot's: at is the position
 // the snapshot holds (transactions ending at or below it are in it).
-func (r *Replication) openSnapshot(ctx context.Context, t *sourceTable) (_ *snapshot, at pglogrepl.LSN, err error) {
+func (r *Replication) openSnapshot(ctx context.Context, t *sourceTable, estimate *atomic.Int64) (_ *snapshot, at pglogrepl.LSN, err error) {
 	sn := &snapshot{}
 	defer func() {
 		if err != nil {
@@ -339,6 +342,7 @@ func (r *Replication) openSnapshot(ctx context.Context, t *sourceTable) (_ *snap
 	if sn.rows, err = sn.conn.Query(ctx, sql, pgx.QueryResultFormats{pgx.TextFormatCode}); err != nil {
 		return nil, 0, fmt.Errorf("reading the table: %w", err)
 	}
+	estimate.Store(int64(max(est, 0)))
 	r.log.Info("reading a table in its snapshot", "table", t.name.String(), "rows_estimated", int64(max(est, 0)), "lsn", at)
 	return sn, at, nil
 }
@@ -386,6 +390,7 @@ func (s *Source) nextSnapshot() (changelog.Record, error) {
 		row[i] = v
 	}
 	s.snapRows++
+	s.snapRowsRead.Store(s.snapRows)
 	s.line++
 	s.recs = append(s.recs[:0], deltawriter.Change{Op: deltawriter.Insert, Row: s.lay.row(row)})
 	return changelog.Record{Line: s.line, Changes: s.recs}, nil
