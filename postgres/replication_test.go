@@ -32,7 +32,7 @@ import (
 // pgFixture is a PostgreSQL server with a publication's tables and a
 // warehouse their Iceberg tables go to.
 type pgFixture struct {
-	t    *testing.T
+	t    testing.TB
 	url  string
 	conn *pgx.Conn
 	wh   *warehouse.Warehouse
@@ -40,7 +40,7 @@ type pgFixture struct {
 	rng  *rand.Rand
 }
 
-func newFixture(t *testing.T, seed uint64) *pgFixture {
+func newFixture(t testing.TB, seed uint64) *pgFixture {
 	t.Helper()
 	// Keepalives every second, so that idle tables move on promptly.
 	url := pgtest.Start(t, "wal_sender_timeout=2s")

@@ -22,7 +22,7 @@ import (
 // Its WAL is logical (wal_level=logical, replication slots and WAL
 // senders), so that a test can read its changes; settings are more
 // NAME=VALUE server settings.
-func Start(t *testing.T, settings ...string) string {
+func Start(t testing.TB, settings ...string) string {
 	t.Helper()
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
 	if len(bins) == 0 {
@@ -89,7 +89,7 @@ func Start(t *testing.T, settings ...string) string {
 	}
 }
 
-func freePort(t *testing.T) int {
+func freePort(t testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

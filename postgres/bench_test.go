@@ -1,0 +1,140 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/icesink/icesink/changelog"
+	"github.com/icesink/icesink/deltawriter"
+	"github.com/icesink/icesink/sink"
+	"github.com/icesink/icesink/warehouse"
+)
+
+var (
+	benchRows    = flag.Int("pg.rows", 200_000, "rows of the benchmarks' source table")
+	benchChanges = flag.Int("pg.changes", 100_000, "changes BenchmarkStream replicates")
+)
+
+// benchFixture is a source table of n rows (id, name, v, at).
+func benchFixture(b *testing.B, n int) *pgFixture {
+	f := newFixture(b, 9)
+	f.exec(`CREATE SCHEMA app`)
+	f.exec(`CREATE TABLE app.bench (id bigint PRIMARY KEY, name text, v bigint NOT NULL, at timestamptz)`)
+	f.exec(`ALTER TABLE app.bench REPLICA IDENTITY FULL`)
+	f.exec(fmt.Sprintf(`INSERT INTO app.bench SELECT g, 'name-' || g, g * 7, timestamptz '2026-01-01' + g * interval '1 second' FROM generate_series(1, %d) g`, n))
+	f.exec(`VACUUM ANALYZE app.bench`)
+	return f
+}
+
+// runUntil replicates until the bench table holds the server's position.
+func (f *pgFixture) runUntil(b *testing.B, memory int64) time.Duration {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	cfg := f.config(slog.New(slog.DiscardHandler))
+	cfg.Sink.Writer.MemoryLimit = memory
+	cfg.Sink.BarrierInterval = time.Second
+	target := f.lsn()
+	began := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, cfg)
+		done <- err
+	}()
+	ident := table.Identifier{"pg", "app_bench"}
+	for f.committedLSN(ident) < target {
+		select {
+		case err := <-done:
+			b.Fatalf("the replication ended: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	took := time.Since(began)
+	cancel()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	return took
+}
+
+// BenchmarkSnapshot: the initial snapshot of a table into Iceberg, as
+// rows/s and as a ratio to COPY (SELECT ...) TO STDOUT of the same table
+// into io.Discard (the issue's goal: at least 0.7).
+func BenchmarkSnapshot(b *testing.B) {
+	for range b.N {
+		f := benchFixture(b, *benchRows)
+		began := time.Now()
+		if _, err := f.conn.PgConn().CopyTo(context.Background(), io.Discard, "COPY (SELECT * FROM app.bench) TO STDOUT"); err != nil {
+			b.Fatal(err)
+		}
+		copyTook := time.Since(began)
+		took := f.runUntil(b, 64<<20)
+		b.ReportMetric(float64(*benchRows)/took.Seconds(), "rows/s")
+		b.ReportMetric(float64(*benchRows)/copyTook.Seconds(), "copy-rows/s")
+		b.ReportMetric(copyTook.Seconds()/took.Seconds(), "x-copy")
+	}
+}
+
+// BenchmarkStream: changes replicated from the stream (single-row updates
+// in transactions of 100, made while no run read them), as changes/s and
+// as a ratio to the same changes as changelog-json lines through a file
+// run of the same settings.
+func BenchmarkStream(b *testing.B) {
+	for range b.N {
+		f := benchFixture(b, *benchRows)
+		f.runUntil(b, 64<<20) // the snapshot
+		var lines bytes.Buffer
+		for i := 0; i < *benchChanges; i += 100 {
+			f.exec(fmt.Sprintf(`UPDATE app.bench SET v = v + 1, name = 'u-' || id WHERE id IN (SELECT (random() * %d)::bigint + 1 FROM generate_series(1, 100))`, *benchRows-1))
+		}
+		took := f.runUntil(b, 64<<20)
+		// The baseline: the same table loaded (not timed), then as many
+		// changelog-json updates through a file run of the same settings.
+		wh, err := warehouse.Open(context.Background(), filepath.Join(b.TempDir(), "wh"), warehouse.Options{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		tbl, err := f.wh.Catalog.LoadTable(context.Background(), table.Identifier{"pg", "app_bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ident := table.Identifier{"pg", "json"}
+		if _, _, err := wh.LoadOrCreate(context.Background(), ident, warehouse.TableSpec{Schema: tbl.Schema()}); err != nil {
+			b.Fatal(err)
+		}
+		runJSON := func(id string, lines *bytes.Buffer) time.Duration {
+			dec, err := changelog.NewDecoder(lines, changelog.ChangelogJSON, tbl.Schema())
+			if err != nil {
+				b.Fatal(err)
+			}
+			began := time.Now()
+			if _, err := sink.Run(context.Background(), sink.Config{Loader: wh.Catalog, Ident: ident, SinkID: id, StateDir: filepath.Join(b.TempDir(), "state"),
+				Writers: 2, KeyIndexDir: "-", CheckpointRows: 20_000, Writer: deltawriter.Options{SpillDir: b.TempDir(), MemoryLimit: 64 << 20}}, dec); err != nil {
+				b.Fatal(err)
+			}
+			return time.Since(began)
+		}
+		var load bytes.Buffer
+		for id := 1; id <= *benchRows; id++ {
+			fmt.Fprintf(&load, `{"op":"+I","data":{"id":%d,"name":"name-%d","v":%d}}`+"\n", id, id, id*7)
+		}
+		runJSON("load", &load)
+		for i := range *benchChanges {
+			id := f.rng.IntN(*benchRows) + 1
+			fmt.Fprintf(&lines, `{"op":"+U","data":{"id":%d,"name":"u-%d","v":%d}}`+"\n", id, id, id*7+i)
+		}
+		jsonTook := runJSON("json", &lines)
+		wh.Close()
+		b.ReportMetric(float64(*benchChanges)/took.Seconds(), "changes/s")
+		b.ReportMetric(float64(*benchChanges)/jsonTook.Seconds(), "json-changes/s")
+		b.ReportMetric(jsonTook.Seconds()/took.Seconds(), "x-json")
+	}
+}
