@@ -185,8 +185,15 @@ ORDER BY a.attnum`, n.Schema, n.Table)
 		return nil, fmt.Errorf("table %s: not found, or it has no columns", n)
 	}
 	if len(key) > 0 {
+		hasPK := false
 		for i := range t.cols {
+			hasPK = hasPK || t.cols[i].key
 			t.cols[i].key = false
+		}
+		if !hasPK && identity != 'f' && identity != 'i' {
+			// Without a primary key PostgreSQL sends updates and deletes
+			// only with the whole old row.
+			return nil, fmt.Errorf("table %s has no primary key, and its replica identity is not FULL: PostgreSQL refuses its updates and deletes in a publication, and sends no old row. Run ALTER TABLE %s REPLICA IDENTITY FULL", n, n.quoted())
 		}
 		for _, k := range key {
 			i := t.index(k)
@@ -210,7 +217,7 @@ ORDER BY a.attnum`, n.Schema, n.Table)
 		fields = append(fields, f)
 	}
 	if len(ids) == 0 {
-		return nil, fmt.Errorf("table %s %w: add one (ALTER TABLE %s ADD PRIMARY KEY (...)), or name its key columns in the table's override (key=col1,col2)", n, errNoKey, n.quoted())
+		return nil, fmt.Errorf("table %s %w: add one (ALTER TABLE %s ADD PRIMARY KEY (...)), or name its key columns for its table in --tables (NS.NAME: {key: [col, ...]})", n, errNoKey, n.quoted())
 	}
 	if identity != 'f' && len(toasted) > 0 {
 		// An update that leaves a large (TOASTed) value alone sends no

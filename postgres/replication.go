@@ -32,9 +32,9 @@ type Config struct {
 	// Slot names the logical replication slot (pgoutput), created on the
 	// first run with the snapshot the tables are first read in.
 	Slot string
-	// Keys are key columns of tables without a primary key, by
-	// schema.table.
-	Keys map[string][]string
+	// Keys returns the key columns of a table in place of its primary key
+	// (nil: the primary key); a table with neither is refused.
+	Keys func(TableName) []string
 	// StatusInterval is how often the slot's confirmed position is sent
 	// (default 10 s).
 	StatusInterval time.Duration
@@ -111,7 +111,11 @@ func Open(ctx context.Context, cfg Config) (*Replication, error) {
 		return nil, fmt.Errorf("publication %s publishes no table", cfg.Publication)
 	}
 	for _, n := range names {
-		t, err := describe(ctx, r.conn, n, cfg.Keys[n.String()])
+		var key []string
+		if cfg.Keys != nil {
+			key = cfg.Keys(n)
+		}
+		t, err := describe(ctx, r.conn, n, key)
 		if err != nil {
 			return nil, err
 		}

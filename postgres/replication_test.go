@@ -3,6 +3,7 @@ package postgres
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -173,6 +174,9 @@ func (f *pgFixture) check(step string, tables ...TableName) {
 	}
 	for _, n := range tables {
 		st, err := describe(ctx, f.conn, n, nil)
+		if errors.Is(err, errNoKey) {
+			st, err = describe(ctx, f.conn, n, []string{"id"}) // the key the test gave
+		}
 		if err != nil {
 			f.t.Fatal(err)
 		}
@@ -525,4 +529,46 @@ func (f *pgFixture) waitCommitted(done <-chan error, idents ...table.Identifier)
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
+}
+
+// TestTableWithoutKey: a table without a primary key is refused, naming
+// it and how to fix it; with its key given (Config.Keys, the --tables
+// override) it is replicated.
+func TestTableWithoutKey(t *testing.T) {
+	f := newFixture(t, 4)
+	f.exec(`CREATE SCHEMA app`)
+	f.exec(`CREATE TABLE app.orders (id bigint NOT NULL, qty integer)`)
+	f.exec(`CREATE TABLE app.items (k integer PRIMARY KEY, sku varchar(20))`)
+	f.exec(`INSERT INTO app.orders VALUES (1, 10), (2, 20)`)
+	f.exec(`INSERT INTO app.items VALUES (1, 'a')`)
+	cfg := f.config(slog.New(slog.DiscardHandler))
+	_, err := Run(context.Background(), cfg)
+	if err == nil || !strings.Contains(err.Error(), "app.orders has no primary key") || !strings.Contains(err.Error(), "--tables") {
+		t.Fatalf("a table without a primary key: %v", err)
+	}
+	cfg.Source.Keys = func(n TableName) []string {
+		if n == (TableName{"app", "orders"}) {
+			return []string{"id"}
+		}
+		return nil
+	}
+	if _, err := Run(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "REPLICA IDENTITY FULL") {
+		t.Fatalf("a key given for a table whose replica identity is not FULL: %v", err)
+	}
+	f.exec(`ALTER TABLE app.orders REPLICA IDENTITY FULL`)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, cfg)
+		done <- err
+	}()
+	f.exec(`UPDATE app.orders SET qty = 11 WHERE id = 1`)
+	f.exec(`DELETE FROM app.orders WHERE id = 2`)
+	f.waitCommitted(done, table.Identifier{"pg", "app_orders"})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	f.check("with the key given", TableName{"app", "orders"})
 }

@@ -35,8 +35,10 @@ type RunConfig struct {
 	// Table names the Iceberg table of a source table.
 	Table func(TableName) (table.Identifier, error)
 	// Spec holds the partition spec and properties of created tables
-	// (their schema is the source table's).
-	Spec warehouse.TableSpec
+	// (their schema is the source table's); Override, when set, changes
+	// them per table.
+	Spec     warehouse.TableSpec
+	Override func(ident table.Identifier, spec *warehouse.TableSpec) error
 }
 
 // TableResult is what one table's sink did.
@@ -244,6 +246,11 @@ func prepareTable(ctx context.Context, rc RunConfig, s *Source, ident table.Iden
 	case errors.Is(err, catalog.ErrNoSuchTable):
 		spec := rc.Spec
 		spec.Schema = s.Schema()
+		if rc.Override != nil {
+			if err := rc.Override(ident, &spec); err != nil {
+				return err
+			}
+		}
 		if tbl, _, err = rc.Warehouse.LoadOrCreate(ctx, ident, spec); err != nil {
 			return err
 		}

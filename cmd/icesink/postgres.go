@@ -75,7 +75,7 @@ func pgTableName(template, db string, n postgres.TableName) (table.Identifier, e
 // runPostgres replicates the database's published tables until ctx ends
 // (SIGINT, SIGTERM: every table commits what it read, at a transaction
 // boundary, and the run exits 0).
-func runPostgres(ctx context.Context, f pgFlags, wh *warehouse.Warehouse, base sink.Config, template, whDir string, interval time.Duration, spec warehouse.TableSpec, stdout io.Writer, quiet bool) error {
+func runPostgres(ctx context.Context, f pgFlags, wh *warehouse.Warehouse, base sink.Config, template, whDir string, interval time.Duration, spec warehouse.TableSpec, overrides tableOverrides, stdout io.Writer, quiet bool) error {
 	if template == "" {
 		template = "{schema}.{table}"
 	}
@@ -94,9 +94,21 @@ func runPostgres(ctx context.Context, f pgFlags, wh *warehouse.Warehouse, base s
 		tables = strings.Split(f.tables, ",")
 	}
 	res, err := postgres.Run(ctx, postgres.RunConfig{
-		Source: postgres.Config{URL: f.url, Publication: f.publication, Slot: f.slot, Tables: tables, Logger: base.Logger},
-		Sink:   base, Warehouse: wh, Spec: warehouse.TableSpec{Partition: spec.Partition, Properties: spec.Properties},
+		Source: postgres.Config{URL: f.url, Publication: f.publication, Slot: f.slot, Tables: tables, Logger: base.Logger,
+			// --tables: key: names the key of a table without a primary key.
+			Keys: func(n postgres.TableName) []string {
+				ident, err := pgTableName(template, db, n)
+				if err != nil {
+					return nil
+				}
+				return overrides[strings.Join(ident, ".")].Key
+			}},
+		Sink: base, Warehouse: wh, Spec: warehouse.TableSpec{Partition: spec.Partition, Properties: spec.Properties},
 		Table: func(n postgres.TableName) (table.Identifier, error) { return pgTableName(template, db, n) },
+		Override: func(ident table.Identifier, spec *warehouse.TableSpec) error {
+			_, err := overrides.apply(strings.Join(ident, "."), spec)
+			return err
+		},
 	})
 	if !quiet {
 		for _, r := range res {

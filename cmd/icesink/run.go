@@ -175,7 +175,7 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	defer stopMetrics()
 	if pf.enabled() {
-		return runPostgres(ctx, pf, wh, cfg, db.template, tf.warehouse, kf.interval, spec, stdout, rpf.quiet)
+		return runPostgres(ctx, pf, wh, cfg, db.template, tf.warehouse, kf.interval, spec, db.overrides, stdout, rpf.quiet)
 	}
 	if db.enabled() {
 		d := &database{wh: wh, base: cfg, kf: kf, format: fmtv, dbz: dbz, evolve: inf.evolve, spec: spec, overrides: db.overrides,
