@@ -34,6 +34,7 @@ import (
 // warehouse their Iceberg tables go to.
 type pgFixture struct {
 	t    testing.TB
+	srv  *pgtest.Server
 	url  string
 	conn *pgx.Conn
 	wh   *warehouse.Warehouse
@@ -44,7 +45,8 @@ type pgFixture struct {
 func newFixture(t testing.TB, seed uint64) *pgFixture {
 	t.Helper()
 	// Keepalives every second, so that idle tables move on promptly.
-	url := pgtest.Start(t, "wal_sender_timeout=2s")
+	srv := pgtest.StartServer(t, "wal_sender_timeout=2s")
+	url := srv.URL
 	ctx := context.Background()
 	conn, err := connect(ctx, url)
 	if err != nil {
@@ -57,7 +59,7 @@ func newFixture(t testing.TB, seed uint64) *pgFixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { wh.Close() })
-	return &pgFixture{t: t, url: url, conn: conn, wh: wh, dir: dir, rng: rand.New(rand.NewPCG(seed, 47))}
+	return &pgFixture{t: t, srv: srv, url: url, conn: conn, wh: wh, dir: dir, rng: rand.New(rand.NewPCG(seed, 47))}
 }
 
 func (f *pgFixture) exec(sql string, args ...any) {
@@ -571,4 +573,43 @@ func TestTableWithoutKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.check("with the key given", TableName{"app", "orders"})
+}
+
+// TestServerRestart: PostgreSQL restarted (a crash: immediate stop) while
+// the replication runs and transactions go on; the replication reconnects
+// and resumes from what the tables hold, and every table equals its
+// source.
+func TestServerRestart(t *testing.T) {
+	f := newFixture(t, 5)
+	f.create()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, f.config(slog.New(slog.DiscardHandler)))
+		done <- err
+	}()
+	for range 100 {
+		f.randomTxn()
+	}
+	f.waitCommitted(done, table.Identifier{"pg", "app_orders"}, table.Identifier{"pg", "app_items"}) // running, past its start
+	for range 50 {
+		f.randomTxn()
+	}
+	f.srv.Restart()
+	conn, err := connect(context.Background(), f.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.conn = conn
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	for range 100 {
+		f.randomTxn()
+	}
+	f.waitCommitted(done, table.Identifier{"pg", "app_orders"}, table.Identifier{"pg", "app_items"})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	f.check("after a restart of the server")
 }

@@ -5,15 +5,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
+	"net"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/icesink/icesink/commit"
@@ -71,7 +75,10 @@ func Run(ctx context.Context, rc RunConfig) ([]TableResult, error) {
 	wait := time.Second
 	for round := 1; ; round++ {
 		res, retry, err := runRound(ctx, rc, failed)
-		if err != nil && round == 1 && res == nil {
+		if ctx.Err() != nil && res == nil {
+			return nil, nil // stopped while starting: nothing was read
+		}
+		if err != nil && round == 1 && res == nil && !transient(err) {
 			return nil, err // the first start: a wrong URL, a missing privilege
 		}
 		for _, r := range res {
@@ -229,6 +236,10 @@ func runRound(ctx context.Context, rc RunConfig, failed map[TableName]error) (_ 
 		case errors.Is(res.Err, coordinator.ErrAborted):
 			// Another table's failure: this one goes on in the next round.
 			results[i].Err, retry = nil, true
+		case errors.Is(res.Err, commit.ErrForeignChange):
+			// Another writer committed to the table while it committed:
+			// the next round reads from what the table holds.
+			results[i].Err, retry = nil, true
 		case res.Err != nil:
 			failed[res.Source] = res.Err
 		}
@@ -286,4 +297,20 @@ func holdAt(ctx context.Context, rc RunConfig, s *Source, ident table.Identifier
 	}
 	s.Stopped()
 	s.markSought()
+}
+
+// transient reports whether err is a server restarting or a connection
+// lost (retried), not a refusal (a wrong password, a missing privilege,
+// a database that does not exist).
+func transient(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// Class 08: connection exception; 57: operator intervention
+		// (shutting down, starting up).
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57")
+	}
+	var netErr net.Error
+	return errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || pgconn.SafeToRetry(err) ||
+		strings.Contains(err.Error(), "conn closed")
 }

@@ -24,6 +24,37 @@ import (
 // NAME=VALUE server settings.
 func Start(t testing.TB, settings ...string) string {
 	t.Helper()
+	return StartServer(t, settings...).URL
+}
+
+// Server is a running test server.
+type Server struct {
+	// URL reaches its postgres database as the postgres superuser.
+	URL  string
+	t    testing.TB
+	data string
+	opts string
+	log  string
+	as   func(name string, args ...string) *exec.Cmd
+}
+
+// Restart stops the server at once (as a crash would: immediate mode)
+// and starts it again on the same port; it waits for the server to
+// listen.
+func (s *Server) Restart() {
+	s.t.Helper()
+	if out, err := s.as("pg_ctl", "-D", s.data, "-m", "immediate", "stop").CombinedOutput(); err != nil {
+		s.t.Fatalf("pg_ctl stop: %v\n%s", err, out)
+	}
+	if out, err := s.as("pg_ctl", "-D", s.data, "-o", s.opts, "-l", s.log, "-w", "start").CombinedOutput(); err != nil {
+		log, _ := os.ReadFile(s.log)
+		s.t.Fatalf("pg_ctl start: %v\n%s\n%s", err, out, log)
+	}
+}
+
+// StartServer is Start, returning the server.
+func StartServer(t testing.TB, settings ...string) *Server {
+	t.Helper()
 	bins, _ := filepath.Glob("/usr/lib/postgresql/*/bin/initdb")
 	if len(bins) == 0 {
 		if os.Getenv("ICESINK_REQUIRE_POSTGRES") == "1" {
@@ -80,7 +111,7 @@ func Start(t testing.TB, settings ...string) string {
 		c, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err == nil {
 			c.Close()
-			return url
+			return &Server{URL: url, t: t, data: data, opts: opts, log: filepath.Join(dir, "log"), as: asUser}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("PostgreSQL did not listen on %d: %v", port, err)

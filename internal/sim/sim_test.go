@@ -438,6 +438,7 @@ type run struct {
 	valueID, keyID int
 	pg             *pgx.Conn // postgres: the source database
 	pgURL          string
+	pgSrv          *pgtest.Server
 }
 
 // tableSim is one table's input and model.
@@ -823,7 +824,8 @@ func (r *run) sink(frac float64, kill bool) {
 	default:
 		args = append(args, "--input", in)
 	}
-	exec1 := func(env string, after time.Duration) (killed bool) {
+	var exec1 func(env string, after time.Duration) (killed bool)
+	exec1 = func(env string, after time.Duration) (killed bool) {
 		r.t.Helper()
 		if r.registry != nil && r.rng.IntN(2) == 0 {
 			d := time.Duration(200+r.rng.IntN(1300)) * time.Millisecond
@@ -888,6 +890,12 @@ func (r *run) sink(frac float64, kill bool) {
 			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL && env != "" {
 				return true
 			}
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGTERM && stopped != nil {
+				// Our SIGTERM came before the process handled signals (a
+				// loaded machine starts it slowly): as a kill; again.
+				r.logf("a run stopped by SIGTERM before it handled signals: again")
+				return exec1(env, after)
+			}
 			if r.cfg.refused() && ee.ExitCode() == 2 && strings.Contains(stderr.String(), "--memory-limit") && strings.Contains(stderr.String(), "a writer needs") {
 				r.logf("refused as the draw expects: %s", strings.TrimSpace(stderr.String()))
 				r.refused = true
@@ -935,7 +943,24 @@ func (r *run) sink(frac float64, kill bool) {
 	if c.Tables == 1 && c.Input != "kafka" && r.rng.IntN(3) == 0 {
 		raced = r.raceAppends(r.tables[0], stopRace)
 	}
+	// PostgreSQL may restart (a crash) while the last run reads it: the
+	// run reconnects and goes on from what the tables hold.
+	var restarted chan struct{}
+	if c.Input == "postgres" && r.rng.IntN(3) == 0 {
+		d := time.Duration(100+r.rng.IntN(1500)) * time.Millisecond
+		restarted = make(chan struct{})
+		go func() {
+			defer close(restarted)
+			time.Sleep(d)
+			r.pgSrv.Restart()
+		}()
+		r.logf("the PostgreSQL server restarts %v into the run", d)
+	}
 	exec1("", 0)
+	if restarted != nil {
+		<-restarted
+		r.reconnectPostgres()
+	}
 	endRace()
 	if raced != nil {
 		evs := <-raced
@@ -1556,14 +1581,11 @@ func (r *run) groupRun(args, coordArgs []string, kill bool, upto int) {
 func (r *run) startPostgres() {
 	r.t.Helper()
 	// Keepalives every second move idle tables on.
-	r.pgURL = pgtest.Start(r.t, "wal_sender_timeout=2s")
+	r.pgSrv = pgtest.StartServer(r.t, "wal_sender_timeout=2s")
+	r.pgURL = r.pgSrv.URL
+	r.reconnectPostgres()
 	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, r.pgURL)
-	if err != nil {
-		r.t.Fatal(err)
-	}
-	r.t.Cleanup(func() { conn.Close(ctx) })
-	r.pg = conn
+	conn := r.pg
 	cols, key := "id bigint, name text, v bigint NOT NULL", "id"
 	if r.cfg.Composite {
 		cols, key = "id bigint, tenant text, name text, v bigint NOT NULL", "id, tenant"
@@ -1660,11 +1682,11 @@ func (r *run) whenCaughtUp(quit <-chan struct{}) <-chan struct{} {
 	out := make(chan struct{})
 	go func() {
 		// Not before the process handles signals (a loaded machine
-		// starts it slowly).
+		// starts it slowly; exec1 runs again one it stopped too soon).
 		select {
 		case <-quit:
 			return
-		case <-time.After(time.Second):
+		case <-time.After(2 * time.Second):
 		}
 		for {
 			select {
@@ -1701,4 +1723,17 @@ func (r *run) whenCaughtUp(quit <-chan struct{}) <-chan struct{} {
 		}
 	}()
 	return out
+}
+
+// reconnectPostgres opens the connection the changes are made on (again,
+// after a restart of the server).
+func (r *run) reconnectPostgres() {
+	r.t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, r.pgURL)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { conn.Close(ctx) })
+	r.pg = conn
 }
