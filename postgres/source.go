@@ -97,12 +97,14 @@ func (s *Source) SchemaChanges(schema *iceberg.Schema) []iceberg.NestedField {
 // SetSchema sets the table's schema the rows are laid out in: at the
 // start, and after the sink evolved it to hold the source's columns.
 func (s *Source) SetSchema(schema *iceberg.Schema) error {
-	cols := s.t.cols // the stream has not started, or
-	if s.lay != nil {
-		cols = s.lay.cols
-	}
-	if s.pending != nil {
+	var cols []column
+	switch {
+	case s.pending != nil: // the columns the stream changed to
 		cols = s.pending
+	case s.lay != nil:
+		cols = s.lay.cols
+	default: // the stream has not started (it owns t.cols after)
+		cols = s.t.cols
 	}
 	lay, err := newLayout(cols, schema)
 	if err != nil {

@@ -398,12 +398,34 @@ func (f *kafkaFlags) runGroup(ctx context.Context, cfg sink.Config, schema *iceb
 		opts = append(opts, kgo.DisableClientMetrics())
 	}
 	// --stop-at-end: the group reads every partition to where it ends
-	// now, whichever process ends up holding it.
+	// now, whichever process ends up holding it. A process whose own
+	// partitions are read keeps its writer at the coordinator (whose
+	// epochs need every vnode's) and stops with the others, once the table
+	// holds every partition's end: a member killed with partitions unread
+	// leaves them to the group, not unread.
 	var stopAt map[int32]int64
 	if f.stopAtEnd {
 		if stopAt, err = kafka.StopOffsets(ctx, brokers, f.topic, secOpts...); err != nil {
 			return sink.Result{}, err
 		}
+		f.stopAtEnd = false // the source tails; allRead stops it
+		stopCtx, stopAll := context.WithCancel(ctx)
+		defer stopAll()
+		go func() {
+			for {
+				select {
+				case <-stopCtx.Done():
+					return
+				case <-time.After(500 * time.Millisecond):
+				}
+				if unread, err := unreadPartitions(stopCtx, cfg, f.topic, stopAt); err == nil && unread == "" {
+					log.Info("every partition is read to its end at the start; stopping", "group", f.group, "topic", f.topic)
+					stopAll()
+					return
+				}
+			}
+		}()
+		ctx = stopCtx
 	}
 	m, err := kafka.JoinGroup(ctx, brokers, f.group, f.topic, f.session, opts...)
 	if err != nil {
@@ -476,23 +498,6 @@ func (f *kafkaFlags) runGroup(ctx context.Context, cfg sink.Config, schema *iceb
 			total.Start = res.Start
 		}
 		switch {
-		case err == nil && stopAt != nil && ctx.Err() == nil:
-			unread, uerr := unreadPartitions(ctx, cfg, f.topic, stopAt)
-			if uerr != nil {
-				return total, uerr
-			}
-			if unread == "" {
-				return total, nil
-			}
-			// Partitions another process held (one killed, whose session
-			// has not expired yet) are not read to their end: stay in the
-			// group until they come to this process or are read.
-			log.Info("this process's partitions are read to their end; waiting in the group for the partitions still unread", "group", f.group, "topic", f.topic, "unread", unread)
-			select {
-			case <-changed:
-			case <-ctx.Done():
-				return total, nil
-			}
 		case err == nil:
 			return total, nil
 		case ctx.Err() != nil:
