@@ -1,7 +1,10 @@
 package main
 
 import (
+	"encoding/json"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -53,5 +56,66 @@ func TestKubernetesExampleFlags(t *testing.T) {
 	}
 	if checked < 20 {
 		t.Fatalf("checked %d flags and keys of the example, want its all (20+)", checked)
+	}
+}
+
+// TestGrafanaDashboard: every icesink metric the dashboard under deploy/
+// queries is one the code exports (a metric renamed in the code, and not
+// in the dashboard, fails here).
+func TestGrafanaDashboard(t *testing.T) {
+	b, err := os.ReadFile("../../deploy/grafana/icesink-dashboard.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("the dashboard is not JSON: %v", err)
+	}
+	// The metric names the code spells (string literals of its sources).
+	exported := map[string]bool{}
+	lit := regexp.MustCompile(`"(icesink_[a-z_]+)"`)
+	err = filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		src, err := os.ReadFile(path)
+		for _, m := range lit.FindAllSubmatch(src, -1) {
+			exported[string(m[1])] = true
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := regexp.MustCompile(`icesink_[a-z_]+`)
+	queried := 0
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			for _, m := range name.FindAllString(tg.Expr, -1) {
+				queried++
+				base := m
+				for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+					if s, ok := strings.CutSuffix(m, suffix); ok && exported[s] {
+						base = s
+					}
+				}
+				if !exported[base] && !exported[m] {
+					t.Errorf("panel %q queries %s, which no code exports", p.Title, m)
+				}
+			}
+		}
+	}
+	if queried == 0 {
+		t.Fatal("the dashboard queries no icesink metric")
 	}
 }
