@@ -6,6 +6,7 @@ package plots
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"strconv"
 
@@ -13,6 +14,8 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/icesink/icesink/bench"
 )
@@ -41,12 +44,37 @@ func Write(dir string, r *bench.Results) ([]bench.Plot, error) {
 		if p == nil {
 			continue
 		}
-		if err := p.Save(plotWidth, plotHeight, filepath.Join(dir, pf.Name)); err != nil {
+		if err := save(p, filepath.Join(dir, pf.Name)); err != nil {
 			return nil, fmt.Errorf("plots: saving plot %s: %w", pf.Name, err)
 		}
 		out = append(out, pf)
 	}
 	return out, nil
+}
+
+// legendWidth is the band right of the data where the legend goes.
+const legendWidth = 3.2 * vg.Inch
+
+// save writes p as a PNG with its legend right of the data, not over it.
+func save(p *plot.Plot, path string) error {
+	legend := p.Legend
+	p.Legend = plot.NewLegend()
+	img := vgimg.New(plotWidth+legendWidth, plotHeight)
+	dc := draw.New(img)
+	p.Draw(draw.Crop(dc, 0, -legendWidth, 0, 0))
+	legend.Top, legend.Left = true, true
+	legend.XOffs = vg.Points(6)
+	legend.YOffs = -vg.Points(40)
+	legend.Draw(draw.Crop(dc, plotWidth, 0, 0, 0))
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // countScale returns a divisor and its unit name for counts up to v.
@@ -174,6 +202,13 @@ func memoryOverTime(r *bench.Results) (*plot.Plot, bench.Plot, error) {
 		}
 		if err := addLine(p, heap, i, 1, s.Name+" Go heap"); err != nil {
 			return nil, pf, err
+		}
+		if s.Kind == bench.Bounded {
+			bound := float64(2*s.MemoryLimit+64<<20) / (1 << 20)
+			line := plotter.XYs{{X: 0, Y: bound}, {X: rss[len(rss)-1].X, Y: bound}}
+			if err := addLine(p, line, i, 2, s.Name+": 2 × budget + 64MiB"); err != nil {
+				return nil, pf, err
+			}
 		}
 		drawn++
 	}

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -96,7 +99,7 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	rewrite := fs.Float64("rewrite-deleted", 0, "writers rewrite at commit each data file of which this `SHARE` of rows was deleted in the window (0: never)")
 	workDir := fs.String("work-dir", "", "`DIR` for the runs' warehouses and spill files (default: the OS temp dir)")
 	keep := fs.Bool("keep", false, "keep each run's folder")
-	out := fs.String("out", "", "write results.json and report.md into `DIR` (PNG plots: go run ./cmd/icesink-plot DIR)")
+	out := fs.String("out", "", "write results.json, report.md and the PNG plots into `DIR` (the plots by icesink-plot, found beside this binary or on PATH, else go run ./cmd/icesink-plot in the source tree)")
 	interval := fs.Duration("sample-interval", 20*time.Millisecond, "memory sampling period")
 	goLimit := fs.String("go-memory-limit", "auto", "Go soft memory limit during the runs: auto (bounded runs are held to 2 x budget + 64MiB as `icesink run --memory-limit` holds them, the soft limit at most 1.25 x budget + 48MiB, unless GOMEMLIMIT is set; others none), none (the process's), or a `SIZE` for every run")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole bench to `FILE` (pick scenarios with --scenarios)")
@@ -218,8 +221,10 @@ func cmdBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		if err := bench.WriteReport(*out, res); err != nil {
 			return err
 		}
-		if !*quiet {
-			fmt.Fprintf(stderr, "icesink bench: wrote %s and %s to %s (plots: go run ./cmd/icesink-plot %s)\n", bench.ResultsFile, bench.ReportFile, *out, *out)
+		if err := drawPlots(ctx, *out, stderr); err != nil {
+			fmt.Fprintf(stderr, "icesink bench: wrote %s and %s to %s; no plots (%v): go run ./cmd/icesink-plot %s draws them\n", bench.ResultsFile, bench.ReportFile, *out, err, *out)
+		} else if !*quiet {
+			fmt.Fprintf(stderr, "icesink bench: wrote %s, %s and the PNG plots to %s\n", bench.ResultsFile, bench.ReportFile, *out)
 		}
 	}
 	return nil
@@ -271,4 +276,67 @@ func benchHistory(ctx context.Context, stdout, stderr io.Writer, commits, rows, 
 func benchIsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// drawPlots runs icesink-plot on a report folder: the icesink binary
+// links no plotting library (its pages count in every sink's RSS), so the
+// plots come from the icesink-plot command, beside this binary or on
+// PATH, or else built from the source tree this process runs in (go run).
+func drawPlots(ctx context.Context, dir string, stderr io.Writer) error {
+	var cmd *exec.Cmd
+	if exe, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(exe), "icesink-plot"); fileExists(p) {
+			cmd = exec.CommandContext(ctx, p, dir)
+		}
+	}
+	if cmd == nil {
+		if p, err := exec.LookPath("icesink-plot"); err == nil {
+			cmd = exec.CommandContext(ctx, p, dir)
+		}
+	}
+	if cmd == nil {
+		root, err := moduleRoot()
+		if err != nil {
+			return err
+		}
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return err
+		}
+		cmd = exec.CommandContext(ctx, "go", "run", "./cmd/icesink-plot", abs)
+		cmd.Dir = root
+	}
+	cmd.Stdout, cmd.Stderr = stderr, stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("%s: %w", strings.Join(cmd.Args, " "), err)
+	}
+	return nil
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+// moduleRoot is the folder of this module's go.mod above the working
+// directory, with the icesink-plot command's source.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if b, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil && strings.Contains(string(b), "module github.com/icesink/icesink\n") &&
+			fileExists(filepath.Join(dir, "cmd", "icesink-plot", "main.go")) {
+			if _, err := exec.LookPath("go"); err != nil {
+				return "", errors.New("no icesink-plot beside icesink or on PATH, and no go command to build it")
+			}
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no icesink-plot beside icesink or on PATH, and not in icesink's source tree")
+		}
+		dir = parent
+	}
 }

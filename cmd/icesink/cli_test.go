@@ -856,3 +856,28 @@ func TestMaintainWithCoordinator(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchPlots: icesink bench --out DIR leaves the report and its PNG
+// plots in DIR in one command (icesink-plot built from the source tree,
+// as a user's clone has it).
+func TestBenchPlots(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds icesink-plot")
+	}
+	out := t.TempDir()
+	_, stderr, code := icesink(t, "bench", "--rows", "4000", "--scenarios", "unbounded,bounded", "--memory-limit", "1MiB", "--repeat", "1",
+		"--work-dir", t.TempDir(), "--out", out)
+	if code != 0 {
+		t.Fatalf("icesink bench: exit %d\n%s", code, stderr)
+	}
+	pngs, _ := filepath.Glob(filepath.Join(out, "*.png"))
+	if len(pngs) == 0 {
+		t.Fatalf("no PNG plot in %s:\n%s", out, stderr)
+	}
+	for _, f := range []string{"results.json", "report.md"} {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			t.Error(err)
+		}
+	}
+	t.Logf("%d plots: %v", len(pngs), pngs)
+}
