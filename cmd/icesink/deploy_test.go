@@ -41,14 +41,14 @@ func TestKubernetesExampleFlags(t *testing.T) {
 		}
 		if m := keyRE.FindStringSubmatch(line); m != nil && inConfig { // common.yaml, both commands
 			for c, h := range help {
-				if !strings.Contains(h, "  -"+m[1]+" ") && !strings.Contains(h, "  -"+m[1]+"\n") {
+				if !hasFlag(h, m[1]) {
 					t.Errorf("config key %q: icesink %s has no such flag", m[1], c)
 				}
 			}
 			checked++
 		}
 		if m := flagRE.FindStringSubmatch(line); m != nil && cmd != "" {
-			if h := help[cmd]; !strings.Contains(h, "  -"+m[1]+" ") && !strings.Contains(h, "  -"+m[1]+"\n") {
+			if h := help[cmd]; !hasFlag(h, m[1]) {
 				t.Errorf("icesink %s has no flag --%s", cmd, m[1])
 			}
 			checked++
@@ -57,6 +57,17 @@ func TestKubernetesExampleFlags(t *testing.T) {
 	if checked < 20 {
 		t.Fatalf("checked %d flags and keys of the example, want its all (20+)", checked)
 	}
+}
+
+// hasFlag reports whether a command's -h output lists flag name (spelled
+// with one dash, or two where the command groups its flags by topic).
+func hasFlag(help, name string) bool {
+	for _, dash := range []string{"  -", "  --"} {
+		if strings.Contains(help, dash+name+" ") || strings.Contains(help, dash+name+"\n") {
+			return true
+		}
+	}
+	return false
 }
 
 // TestGrafanaDashboard: every icesink metric the dashboard under deploy/

@@ -36,9 +36,15 @@ func reference(t *testing.T) string {
 		}
 		for _, line := range strings.Split(stderr.String(), "\n") {
 			switch {
+			case line != "" && !strings.HasPrefix(line, " ") && strings.HasSuffix(line, ":"):
+				// A topic of a command whose -h groups its flags.
+				flush()
+				fmt.Fprintf(&b, "\n### %s\n\n", strings.TrimSuffix(line, ":"))
+			case strings.HasPrefix(line, "      ") && entry != "":
+				entry += ": " + strings.TrimSpace(line)
 			case strings.HasPrefix(line, "  -"):
 				flush()
-				head, usage, short := strings.Cut(strings.TrimPrefix(line, "  -"), "\t") // a one-letter flag: usage on its line
+				head, usage, short := strings.Cut(strings.TrimLeft(line, " -"), "\t") // a one-letter flag: usage on its line
 				name, arg, _ := strings.Cut(head, " ")
 				entry = "- `--" + name
 				if arg != "" {
@@ -57,7 +63,7 @@ func reference(t *testing.T) string {
 		}
 		flush()
 	}
-	return b.String()
+	return strings.ReplaceAll(b.String(), "\n\n\n", "\n\n")
 }
 
 // TestReference: docs/reference.md lists exactly the commands' flags, with

@@ -66,17 +66,20 @@ func cmdRun(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		rpf reportFlags
 		pf  pgFlags
 	)
-	tf.register(fs)
-	sf.register(fs)
-	inf.register(fs)
-	kf.register(fs)
-	db.register(fs)
-	wf.register(fs)
-	cmf.register(fs)
-	crf.register(fs)
-	rpf.register(fs)
-	pf.register(fs)
-	config := registerConfig(fs)
+	// -h shows the flags by topic, the common ones first.
+	help := newHelpTopics(fs)
+	help.add("Input", inf.register)
+	help.add("Warehouse and table", tf.register)
+	help.add("New tables", sf.register)
+	help.add("A whole database (one table per topic or source table)", db.register)
+	help.add("Kafka", kf.register)
+	help.add("PostgreSQL", pf.register)
+	help.add("Writers and memory", wf.register)
+	help.add("Commits, history and maintenance", cmf.register)
+	help.add("Coordinator (writers in several processes)", crf.register)
+	help.add("Output and monitoring", rpf.register)
+	var config *string
+	help.add("Output and monitoring", func(fs *flag.FlagSet) { config = registerConfig(fs) })
 	if err := parseFlagsAndConfig(fs, args, config); err != nil {
 		return err
 	}
