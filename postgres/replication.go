@@ -437,6 +437,14 @@ func (st *streamState) markAll(_ context.Context, at pglogrepl.LSN) {
 // push queues it for s, waiting for room while keeping the connection
 // alive (the slot's position is sent while the stream waits).
 func (st *streamState) push(ctx context.Context, s *Source, it item) error {
+	if s.dead.Load() {
+		return nil
+	}
+	select {
+	case s.q <- it: // room: no timer
+		return nil
+	default:
+	}
 	for {
 		if s.dead.Load() {
 			return nil // its sink stopped: the table keeps the slot where it committed
