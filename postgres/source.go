@@ -77,6 +77,8 @@ type Source struct {
 
 	snap     *snapshot // the rows to read first (nil: none, or read)
 	snapRows int64
+	// snapBegan and snapLogged time the snapshot's progress lines.
+	snapBegan, snapLogged time.Time
 	// snapRowsRead and snapEstimate are the snapshot's progress, for
 	// the metrics.
 	snapRowsRead, snapEstimate atomic.Int64
@@ -280,6 +282,26 @@ func (s *Source) barrier() changelog.Record {
 	return changelog.Record{Line: s.line, Barrier: true}
 }
 
+// logProgress says, every 10 seconds, how far the table's snapshot is:
+// rows read, of the estimate, and the time left at the rate so far.
+func (s *Source) logProgress() {
+	now := time.Now()
+	if s.snapBegan.IsZero() {
+		s.snapBegan, s.snapLogged = now, now
+		return
+	}
+	if now.Sub(s.snapLogged) < 10*time.Second {
+		return
+	}
+	s.snapLogged = now
+	rate := float64(s.snapRows) / now.Sub(s.snapBegan).Seconds()
+	args := []any{"table", s.t.name.String(), "rows", s.snapRows, "rows_per_second", int64(rate)}
+	if est := s.snapEstimate.Load(); est > s.snapRows && rate > 0 {
+		args = append(args, "rows_estimated", est, "left", time.Duration(float64(est-s.snapRows)/rate*float64(time.Second)).Round(time.Second))
+	}
+	s.r.log.Info("reading a table in its snapshot", args...)
+}
+
 // snapshot is a table's rows in a snapshot consistent with the stream.
 type snapshot struct {
 	conn *pgx.Conn
@@ -393,6 +415,9 @@ func (s *Source) nextSnapshot() (changelog.Record, error) {
 	}
 	s.snapRows++
 	s.snapRowsRead.Store(s.snapRows)
+	if s.snapRows%4096 == 0 {
+		s.logProgress()
+	}
 	s.line++
 	s.recs = append(s.recs[:0], deltawriter.Change{Op: deltawriter.Insert, Row: s.lay.row(row)})
 	return changelog.Record{Line: s.line, Changes: s.recs}, nil
