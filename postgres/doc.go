@@ -30,8 +30,12 @@
 // interval, money, timetz) is a string of PostgreSQL's own text form,
 // never a rounded value.
 //
-// Not yet: TRUNCATE and column changes at the source stop the table
-// (with a message; its commits hold everything before); snapshots are
-// not chunked, and a crash mid-snapshot reads the table again from the
-// start.
+// TRUNCATE. A table's run ends at a TRUNCATE of its source table
+// (TruncatedError) and the round ends with it (the others commit what they
+// read); between rounds Run empties the Iceberg table in one snapshot and
+// records the truncating transaction (PropTruncated), and the next round
+// skips that transaction's changes of the table up to the truncate.
+//
+// Not yet: snapshots are not chunked, and a crash mid-snapshot reads the
+// table again from the start.
 package postgres

@@ -380,15 +380,29 @@ func (st *streamState) handle(ctx context.Context, data []byte) error {
 		return st.change(ctx, m.RelationID, func(t *sourceTable) ([]*change, error) { return t.delete(m) })
 	case *pglogrepl.TruncateMessage:
 		for _, id := range m.RelationIDs {
-			if s := r.byRel[id]; s != nil && st.applies(s) {
-				err := fmt.Errorf("table %s was truncated at the source (transaction %d): emptying its Iceberg table is not supported yet; the table stops here, its commits hold every change before", s.t.name, st.txn.Xid)
-				if err := st.push(ctx, s, item{err: err}); err != nil {
+			s := r.byRel[id]
+			switch {
+			case s == nil || !st.applies(s):
+			case st.skipping(s):
+				// The truncate the table was emptied for: what follows
+				// it in the transaction applies.
+				s.skipDone = true
+			default:
+				// The table's run ends here, without committing its
+				// window; Run empties the table at this transaction.
+				if err := st.push(ctx, s, item{err: &TruncatedError{Table: s.t.name, At: st.txn.FinalLSN}}); err != nil {
 					return err
 				}
 			}
 		}
 	}
 	return nil
+}
+
+// skipping reports whether the open transaction's changes of s are
+// before the truncate s's table was emptied for (Source.truncatedAt).
+func (st *streamState) skipping(s *Source) bool {
+	return st.txn != nil && s.truncatedAt != 0 && st.txn.FinalLSN == s.truncatedAt && !s.skipDone
 }
 
 // applies reports whether the open transaction is one s's table does not
@@ -401,7 +415,7 @@ func (st *streamState) applies(s *Source) bool {
 // change decodes a row change of relation rel for its table.
 func (st *streamState) change(ctx context.Context, rel uint32, decode func(*sourceTable) ([]*change, error)) error {
 	s := st.r.byRel[rel]
-	if s == nil || !st.applies(s) {
+	if s == nil || !st.applies(s) || st.skipping(s) {
 		return nil
 	}
 	chs, err := decode(s.t)

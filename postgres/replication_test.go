@@ -613,3 +613,67 @@ func TestServerRestart(t *testing.T) {
 	}
 	f.check("after a restart of the server")
 }
+
+// TestTruncate: TRUNCATE at the source empties the Iceberg table at that
+// transaction: changes before it in the transaction are gone, changes
+// after it stay, the other tables go on; a run started later does not
+// truncate again, and a truncate while no run reads is followed too.
+func TestTruncate(t *testing.T) {
+	f := newFixture(t, 6)
+	f.create()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, f.config(slog.New(slog.DiscardHandler)))
+		done <- err
+	}()
+	for range 50 {
+		f.randomTxn()
+	}
+	f.waitCommitted(done, table.Identifier{"pg", "app_orders"}, table.Identifier{"pg", "app_items"})
+	tx, err := f.conn.Begin(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sql := range []string{
+		`INSERT INTO app.items VALUES (500, 'gone', 1)`,
+		`TRUNCATE app.items`,
+		`INSERT INTO app.items VALUES (501, 'kept', 2)`,
+	} {
+		if _, err := tx.Exec(context.Background(), sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for range 50 {
+		f.randomTxn()
+	}
+	f.waitCommitted(done, table.Identifier{"pg", "app_orders"}, table.Identifier{"pg", "app_items"})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	f.check("after a truncate in a running replication")
+	// Again, from the table's position: the truncate is not applied twice;
+	// and a truncate made while no run reads.
+	f.exec(`TRUNCATE app.orders`)
+	for range 30 {
+		f.randomTxn()
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	done = make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, f.config(slog.New(slog.DiscardHandler)))
+		done <- err
+	}()
+	f.waitCommitted(done, table.Identifier{"pg", "app_orders"}, table.Identifier{"pg", "app_items"})
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	f.check("after a truncate between runs")
+}

@@ -10,13 +10,16 @@ import (
 	"math"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -70,11 +73,27 @@ func Run(ctx context.Context, rc RunConfig) ([]TableResult, error) {
 		log = slog.Default()
 	}
 	failed := map[TableName]error{}
+	truncated := map[TableName]*TruncatedError{}
 	total := map[TableName]*TableResult{}
 	var order []TableName
 	wait := time.Second
 	for round := 1; ; round++ {
-		res, retry, err := runRound(ctx, rc, failed)
+		res, retry, err := runRound(ctx, rc, failed, truncated)
+		// A table truncated at the source is emptied now, with every
+		// table's run ended and the epochs before the truncate committed.
+		for n, te := range truncated {
+			for _, r := range res {
+				if r.Source != n {
+					continue
+				}
+				if terr := emptyTable(context.WithoutCancel(ctx), rc, r.Ident, te.At); terr != nil {
+					failed[n] = fmt.Errorf("emptying the table for %w: %w", te, terr)
+				} else {
+					log.Info("a table truncated at the source is emptied; its changes after the truncate follow", "table", strings.Join(r.Ident, "."), "source", n.String(), "lsn", te.At)
+				}
+			}
+			delete(truncated, n)
+		}
 		if ctx.Err() != nil && res == nil {
 			return nil, nil // stopped while starting: nothing was read
 		}
@@ -108,7 +127,7 @@ func Run(ctx context.Context, rc RunConfig) ([]TableResult, error) {
 			wait = min(2*wait, time.Minute)
 		} else {
 			wait = time.Second
-			log.Info("a table stopped and aborted the others' open windows; they go on from what they hold")
+			log.Info("a new round: the tables go on from what they hold")
 		}
 		if ctx.Err() != nil {
 			break
@@ -132,7 +151,7 @@ func Run(ctx context.Context, rc RunConfig) ([]TableResult, error) {
 // runRound runs one stream over the tables that have not failed, until
 // ctx ends, the stream fails (err), or a table's failure aborted the
 // others' windows (retry); failed gains the tables that failed.
-func runRound(ctx context.Context, rc RunConfig, failed map[TableName]error) (_ []TableResult, retry bool, _ error) {
+func runRound(ctx context.Context, rc RunConfig, failed map[TableName]error, truncated map[TableName]*TruncatedError) (_ []TableResult, retry bool, _ error) {
 	r, err := Open(ctx, rc.Source)
 	if err != nil {
 		return nil, false, err
@@ -218,6 +237,13 @@ func runRound(ctx context.Context, rc RunConfig, failed map[TableName]error) (_ 
 			}
 			res, err := sink.Run(context.WithoutCancel(ctx), cfg, s)
 			s.markSought() // a run that failed before its seek does not hold the stream
+			if errors.As(err, new(*TruncatedError)) {
+				// The other tables commit what they read and the round
+				// ends: the table is emptied between rounds.
+				r.Stop()
+				results[i].Result, results[i].Err = res, err
+				return
+			}
 			if err != nil {
 				s.Stopped()
 				if cfg.Logger != nil {
@@ -235,6 +261,12 @@ func runRound(ctx context.Context, rc RunConfig, failed map[TableName]error) (_ 
 		switch {
 		case errors.Is(res.Err, coordinator.ErrAborted):
 			// Another table's failure: this one goes on in the next round.
+			results[i].Err, retry = nil, true
+		case errors.As(res.Err, new(*TruncatedError)):
+			// Emptied by Run before the next round, which goes on after
+			// the truncate.
+			te, _ := errors.AsType[*TruncatedError](res.Err)
+			truncated[res.Source] = te
 			results[i].Err, retry = nil, true
 		case errors.Is(res.Err, commit.ErrForeignChange):
 			// Another writer committed to the table while it committed:
@@ -277,6 +309,13 @@ func prepareTable(ctx context.Context, rc RunConfig, s *Source, ident table.Iden
 			}
 		}
 	}
+	if v, ok := tbl.Properties()[PropTruncated]; ok {
+		at, err := parseLSN(v)
+		if err != nil {
+			return fmt.Errorf("table %s: property %s %q: %w", name, PropTruncated, v, err)
+		}
+		s.truncatedAt = at
+	}
 	if err := s.SetSchema(tbl.Schema()); err != nil {
 		return err
 	}
@@ -313,4 +352,48 @@ func transient(err error) bool {
 	return errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || pgconn.SafeToRetry(err) ||
 		strings.Contains(err.Error(), "conn closed")
+}
+
+// emptyTable removes every data and delete file of table ident in one
+// snapshot, and records at (PropTruncated): the table's next run skips
+// what came before the truncate.
+func emptyTable(ctx context.Context, rc RunConfig, ident table.Identifier, at pglogrepl.LSN) error {
+	tbl, err := rc.Warehouse.Catalog.LoadTable(ctx, ident)
+	if err != nil {
+		return err
+	}
+	tx := tbl.NewTransaction()
+	if tbl.CurrentSnapshot() != nil {
+		tasks, err := tbl.Scan().PlanFiles(ctx)
+		if err != nil {
+			return fmt.Errorf("listing its files: %w", err)
+		}
+		seen := map[string]bool{}
+		var data, deletes []iceberg.DataFile
+		for _, t := range tasks {
+			if !seen[t.File.FilePath()] {
+				seen[t.File.FilePath()] = true
+				data = append(data, t.File)
+			}
+			for _, group := range [][]iceberg.DataFile{t.DeleteFiles, t.EqualityDeleteFiles, t.DeletionVectorFiles} {
+				for _, d := range group {
+					if !seen[d.FilePath()] {
+						seen[d.FilePath()] = true
+						deletes = append(deletes, d)
+					}
+				}
+			}
+		}
+		if len(data) > 0 {
+			props := iceberg.Properties{"icesink.postgres.truncate": strconv.FormatUint(uint64(at), 10)}
+			if err := tx.ReplaceFiles(ctx, data, nil, deletes, props); err != nil {
+				return err
+			}
+		}
+	}
+	if err := tx.SetProperties(iceberg.Properties{PropTruncated: strconv.FormatUint(uint64(at), 10)}); err != nil {
+		return err
+	}
+	_, err = tx.Commit(ctx)
+	return err
 }

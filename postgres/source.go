@@ -22,6 +22,22 @@ import (
 	"github.com/icesink/icesink/deltawriter"
 )
 
+// PropTruncated is the table property holding the commit LSN of the
+// source transaction whose TRUNCATE the table was last emptied for.
+const PropTruncated = "icesink.postgres.truncated-at"
+
+// TruncatedError ends a table's run at a TRUNCATE of its source table:
+// Run empties the Iceberg table (PropTruncated) and the next round goes on
+// after the truncate.
+type TruncatedError struct {
+	Table TableName
+	At    pglogrepl.LSN // the commit LSN of the truncating transaction
+}
+
+func (e *TruncatedError) Error() string {
+	return fmt.Sprintf("table %s was truncated at the source (the transaction committed at %s)", e.Table, e.At)
+}
+
 // errStreamEnded ends a table's input whose stream failed (the sink
 // commits what it read whole; a new run goes on from there).
 var errStreamEnded = errors.New("the replication stream ended")
@@ -63,6 +79,12 @@ type Source struct {
 	from pglogrepl.LSN
 	// committed is the position the table's last commit holds (0: none).
 	committed atomic.Uint64
+	// truncatedAt is the commit LSN of the transaction whose TRUNCATE
+	// the table was emptied for (PropTruncated; 0: none): the changes of
+	// that transaction before the truncate are skipped (skipDone once it
+	// is passed).
+	truncatedAt pglogrepl.LSN
+	skipDone    bool
 
 	pos   pglogrepl.LSN // the end of the last transaction read whole
 	inTxn bool          // a transaction is read in part
@@ -184,11 +206,23 @@ func (s *Source) Seek(ctx context.Context, offsets map[string]string, _ int64) (
 		if s.r.created {
 			return fmt.Errorf("table %s holds the changes up to %s of an earlier replication slot, and slot %s was created now: the changes in between are gone. Write the table anew (drop it, or give another --sink-id) to read it whole again", s.t.name, lsn, s.r.cfg.Slot)
 		}
-		if s.r.slotFlushed > lsn {
-			return fmt.Errorf("table %s holds the changes up to %s, and slot %s has confirmed %s: the changes in between are gone (another reader of the slot?). Write the table anew (drop it, or give another --sink-id)", s.t.name, lsn, s.r.cfg.Slot, s.r.slotFlushed)
-		}
 		s.from, s.pos = lsn, lsn
-		s.committed.Store(uint64(lsn))
+		if s.truncatedAt > lsn {
+			// Emptied at a TRUNCATE after its last commit: nothing before
+			// it matters.
+			s.from, s.pos = s.truncatedAt, s.truncatedAt
+		}
+		if s.r.slotFlushed > s.from {
+			return fmt.Errorf("table %s holds the changes up to %s, and slot %s has confirmed %s: the changes in between are gone (another reader of the slot?). Write the table anew (drop it, or give another --sink-id)", s.t.name, s.from, s.r.cfg.Slot, s.r.slotFlushed)
+		}
+		s.committed.Store(uint64(s.from))
+		return nil
+	}
+	if s.truncatedAt != 0 {
+		// Emptied at a TRUNCATE before its first commit: the stream goes
+		// on from it, no snapshot.
+		s.from, s.pos = s.truncatedAt, s.truncatedAt
+		s.committed.Store(uint64(s.from))
 		return nil
 	}
 	snap, at, err := s.r.openSnapshot(ctx, s.t, &s.snapEstimate)
