@@ -232,7 +232,7 @@ func (r *Replication) Run(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("starting replication from slot %s: %w", r.cfg.Slot, err)
 	}
-	st := &streamState{r: r}
+	st := &streamState{r: r, truncates: map[*Source]int{}}
 	next := time.Now()
 	for {
 		if time.Now().After(next) {
@@ -338,6 +338,8 @@ type streamState struct {
 	r       *Replication
 	txn     *pglogrepl.BeginMessage
 	touched []*Source
+	// truncates counts each table's truncates in the open transaction.
+	truncates map[*Source]int
 }
 
 // handle decodes one pgoutput message.
@@ -363,6 +365,7 @@ func (st *streamState) handle(ctx context.Context, data []byte) error {
 		}
 	case *pglogrepl.BeginMessage:
 		st.txn, st.touched = m, st.touched[:0]
+		clear(st.truncates)
 	case *pglogrepl.CommitMessage:
 		for _, s := range st.touched {
 			if err := st.push(ctx, s, item{end: m.TransactionEndLSN}); err != nil {
@@ -381,28 +384,29 @@ func (st *streamState) handle(ctx context.Context, data []byte) error {
 	case *pglogrepl.TruncateMessage:
 		for _, id := range m.RelationIDs {
 			s := r.byRel[id]
-			switch {
-			case s == nil || !st.applies(s):
-			case st.skipping(s):
-				// The truncate the table was emptied for: what follows
-				// it in the transaction applies.
-				s.skipDone = true
-			default:
-				// The table's run ends here, without committing its
-				// window; Run empties the table at this transaction.
-				if err := st.push(ctx, s, item{err: &TruncatedError{Table: s.t.name, At: st.txn.FinalLSN}}); err != nil {
-					return err
-				}
+			if s == nil || !st.applies(s) {
+				continue
+			}
+			skipped := st.skipping(s)
+			st.truncates[s]++
+			if skipped {
+				continue // a truncate the table was already emptied for
+			}
+			// The table's run ends here, without committing its window;
+			// Run empties the table at this truncate of this transaction.
+			if err := st.push(ctx, s, item{err: &TruncatedError{Table: s.t.name, At: st.txn.FinalLSN, N: st.truncates[s]}}); err != nil {
+				return err
 			}
 		}
 	}
 	return nil
 }
 
-// skipping reports whether the open transaction's changes of s are
-// before the truncate s's table was emptied for (Source.truncatedAt).
+// skipping reports whether the open transaction's changes of s come
+// before the truncate s's table was emptied for (Source.truncatedAt, the
+// truncatedN-th truncate of the table in that transaction).
 func (st *streamState) skipping(s *Source) bool {
-	return st.txn != nil && s.truncatedAt != 0 && st.txn.FinalLSN == s.truncatedAt && !s.skipDone
+	return st.txn != nil && s.truncatedAt != 0 && st.txn.FinalLSN == s.truncatedAt && st.truncates[s] < s.truncatedN
 }
 
 // applies reports whether the open transaction is one s's table does not

@@ -639,7 +639,9 @@ func TestTruncate(t *testing.T) {
 	for _, sql := range []string{
 		`INSERT INTO app.items VALUES (500, 'gone', 1)`,
 		`TRUNCATE app.items`,
-		`INSERT INTO app.items VALUES (501, 'kept', 2)`,
+		`INSERT INTO app.items VALUES (501, 'gone', 2)`,
+		`TRUNCATE app.items`, // twice in one transaction (the simulation found it looping)
+		`INSERT INTO app.items VALUES (502, 'kept', 3)`,
 	} {
 		if _, err := tx.Exec(context.Background(), sql); err != nil {
 			t.Fatal(err)

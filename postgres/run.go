@@ -10,7 +10,6 @@ import (
 	"math"
 	"net"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,7 +18,6 @@ import (
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
-	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -86,7 +84,7 @@ func Run(ctx context.Context, rc RunConfig) ([]TableResult, error) {
 				if r.Source != n {
 					continue
 				}
-				if terr := emptyTable(context.WithoutCancel(ctx), rc, r.Ident, te.At); terr != nil {
+				if terr := emptyTable(context.WithoutCancel(ctx), rc, r.Ident, te); terr != nil {
 					failed[n] = fmt.Errorf("emptying the table for %w: %w", te, terr)
 				} else {
 					log.Info("a table truncated at the source is emptied; its changes after the truncate follow", "table", strings.Join(r.Ident, "."), "source", n.String(), "lsn", te.At)
@@ -310,11 +308,11 @@ func prepareTable(ctx context.Context, rc RunConfig, s *Source, ident table.Iden
 		}
 	}
 	if v, ok := tbl.Properties()[PropTruncated]; ok {
-		at, err := parseLSN(v)
+		at, n, err := parseTruncated(v)
 		if err != nil {
 			return fmt.Errorf("table %s: property %s %q: %w", name, PropTruncated, v, err)
 		}
-		s.truncatedAt = at
+		s.truncatedAt, s.truncatedN = at, n
 	}
 	if err := s.SetSchema(tbl.Schema()); err != nil {
 		return err
@@ -357,7 +355,7 @@ func transient(err error) bool {
 // emptyTable removes every data and delete file of table ident in one
 // snapshot, and records at (PropTruncated): the table's next run skips
 // what came before the truncate.
-func emptyTable(ctx context.Context, rc RunConfig, ident table.Identifier, at pglogrepl.LSN) error {
+func emptyTable(ctx context.Context, rc RunConfig, ident table.Identifier, te *TruncatedError) error {
 	tbl, err := rc.Warehouse.Catalog.LoadTable(ctx, ident)
 	if err != nil {
 		return err
@@ -385,13 +383,13 @@ func emptyTable(ctx context.Context, rc RunConfig, ident table.Identifier, at pg
 			}
 		}
 		if len(data) > 0 {
-			props := iceberg.Properties{"icesink.postgres.truncate": strconv.FormatUint(uint64(at), 10)}
+			props := iceberg.Properties{"icesink.postgres.truncate": te.truncatedValue()}
 			if err := tx.ReplaceFiles(ctx, data, nil, deletes, props); err != nil {
 				return err
 			}
 		}
 	}
-	if err := tx.SetProperties(iceberg.Properties{PropTruncated: strconv.FormatUint(uint64(at), 10)}); err != nil {
+	if err := tx.SetProperties(iceberg.Properties{PropTruncated: te.truncatedValue()}); err != nil {
 		return err
 	}
 	_, err = tx.Commit(ctx)

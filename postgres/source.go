@@ -22,8 +22,10 @@ import (
 	"github.com/icesink/icesink/deltawriter"
 )
 
-// PropTruncated is the table property holding the commit LSN of the
-// source transaction whose TRUNCATE the table was last emptied for.
+// PropTruncated is the table property saying which TRUNCATE the table was
+// last emptied for: the commit LSN of its source transaction (a decimal
+// number), and after a colon which of the transaction's truncates of the
+// table it was (1 for the first).
 const PropTruncated = "icesink.postgres.truncated-at"
 
 // TruncatedError ends a table's run at a TRUNCATE of its source table:
@@ -32,6 +34,28 @@ const PropTruncated = "icesink.postgres.truncated-at"
 type TruncatedError struct {
 	Table TableName
 	At    pglogrepl.LSN // the commit LSN of the truncating transaction
+	N     int           // which of its truncates of the table (1: the first)
+}
+
+// truncatedValue is e as PropTruncated spells it.
+func (e *TruncatedError) truncatedValue() string {
+	return strconv.FormatUint(uint64(e.At), 10) + ":" + strconv.Itoa(e.N)
+}
+
+// parseTruncated parses a PropTruncated value.
+func parseTruncated(v string) (pglogrepl.LSN, int, error) {
+	at, n, _ := strings.Cut(v, ":")
+	lsn, err := parseLSN(at)
+	if err != nil {
+		return 0, 0, err
+	}
+	k := 1
+	if n != "" {
+		if k, err = strconv.Atoi(n); err != nil {
+			return 0, 0, err
+		}
+	}
+	return lsn, k, nil
 }
 
 func (e *TruncatedError) Error() string {
@@ -79,12 +103,12 @@ type Source struct {
 	from pglogrepl.LSN
 	// committed is the position the table's last commit holds (0: none).
 	committed atomic.Uint64
-	// truncatedAt is the commit LSN of the transaction whose TRUNCATE
-	// the table was emptied for (PropTruncated; 0: none): the changes of
-	// that transaction before the truncate are skipped (skipDone once it
-	// is passed).
+	// truncatedAt is the commit LSN of the transaction whose
+	// truncatedN-th TRUNCATE of the table it was emptied for
+	// (PropTruncated; 0: none): that transaction's changes of the table
+	// before it are skipped.
 	truncatedAt pglogrepl.LSN
-	skipDone    bool
+	truncatedN  int
 
 	pos   pglogrepl.LSN // the end of the last transaction read whole
 	inTxn bool          // a transaction is read in part

@@ -240,6 +240,9 @@ type change struct {
 	part int32
 	off  int64
 	lsn  uint64 // postgres: the WAL position inside its transaction, before its commit
+	// truncate: postgres: this change became a TRUNCATE of the source
+	// table (its row unused): the model empties the table.
+	truncate bool
 }
 
 // position is how far the sink's input is committed: per partition, the
@@ -486,6 +489,10 @@ func (r *run) expected(ts *tableSim, pos position) map[string][]any {
 				continue
 			}
 			applied[i] = true
+			if ch.truncate {
+				clear(m) // the foreign rows too: the sink empties the table
+				continue
+			}
 			if ch.del {
 				delete(m, r.cfg.key(ch.row))
 			} else {
@@ -598,10 +605,43 @@ func (r *run) committed(wh *warehouse.Warehouse, ts *tableSim) position {
 		r.fail("reading the sink's position: %v", err)
 	}
 	last, ok := cm.Last()
-	if !ok {
-		return position{}
+	pos := position{}
+	if ok {
+		pos = r.positionOf(ts, last.Properties)
 	}
-	return r.positionOf(ts, last.Properties)
+	return r.truncatedTo(ts, pos, cm.Table().Properties())
+}
+
+// truncatedTo is pos, or past it the TRUNCATE the table was emptied for
+// after the commit at pos (postgres: the last truncate below the
+// truncating transaction's commit LSN).
+func (r *run) truncatedTo(ts *tableSim, pos position, props iceberg.Properties) position {
+	v, set := props[postgres.PropTruncated]
+	if r.cfg.Input != "postgres" || !set {
+		return pos
+	}
+	// LSN:N: the N-th truncate of the transaction that committed at LSN.
+	lsnText, nText, _ := strings.Cut(v, ":")
+	at, _ := strconv.ParseUint(lsnText, 10, 64)
+	n, _ := strconv.Atoi(cmp.Or(nText, "1"))
+	var txnLSN uint64 // the truncating transaction's changes' position
+	for _, ch := range ts.changes {
+		if ch != nil && ch.truncate && ch.lsn > 0 && ch.lsn < at {
+			txnLSN = max(txnLSN, ch.lsn)
+		}
+	}
+	for i, ch := range ts.changes {
+		if ch == nil || !ch.truncate || ch.lsn != txnLSN || txnLSN == 0 {
+			continue
+		}
+		if n--; n == 0 {
+			if int64(i)+1 > pos[0] {
+				pos = position{0: int64(i) + 1}
+			}
+			break
+		}
+	}
+	return pos
 }
 
 // check reads the table back and compares it with the model at the
@@ -1112,7 +1152,11 @@ func (r *run) raceAppends(ts *tableSim, stop <-chan struct{}) <-chan []event {
 				continue // lost a race to the sink: the next commit
 			}
 			// Keys the input never has: where it lands among the
-			// input's changes makes no difference.
+			// input's changes makes no difference, but for a TRUNCATE
+			// (postgres), which the commit it follows orders it after.
+			if r.cfg.Input == "postgres" {
+				at = r.truncatedTo(ts, r.positionOf(ts, cur.Summary.Properties), tbl.Properties())
+			}
 			evs = append(evs, r.appendEvent(at, nt.CurrentSnapshot().SequenceNumber, rows))
 		}
 	}()
@@ -1628,7 +1672,14 @@ func (r *run) applyTxns(ts *tableSim, upto int) {
 			}
 			var sql string
 			var args []any
+			if !ch.truncate && r.rng.IntN(60) == 0 {
+				// The change becomes a TRUNCATE of the source table.
+				ch.truncate = true
+				r.logf("%s: line %d is a TRUNCATE", ts.name(), j+1)
+			}
 			switch {
+			case ch.truncate:
+				sql = "TRUNCATE " + n
 			case ch.del && r.cfg.Composite:
 				sql, args = "DELETE FROM "+n+" WHERE id = $1 AND tenant = $2", []any{ch.row[0], ch.row[1]}
 			case ch.del:
