@@ -244,7 +244,7 @@ func runRound(ctx context.Context, rc RunConfig, failed map[TableName]error, tru
 			}
 			if err != nil {
 				s.Stopped()
-				if cfg.Logger != nil {
+				if cfg.Logger != nil && !transient(err) && !errors.Is(err, coordinator.ErrAborted) {
 					cfg.Logger.Error("a table stopped; the other tables go on", "source", s.Name().String(), "err", err)
 				}
 			}
@@ -265,6 +265,10 @@ func runRound(ctx context.Context, rc RunConfig, failed map[TableName]error, tru
 			// the truncate.
 			te, _ := errors.AsType[*TruncatedError](res.Err)
 			truncated[res.Source] = te
+			results[i].Err, retry = nil, true
+		case transient(res.Err):
+			// A lost connection (a restarted server) while the table
+			// started or read: the next round tries again.
 			results[i].Err, retry = nil, true
 		case errors.Is(res.Err, commit.ErrForeignChange):
 			// Another writer committed to the table while it committed:
@@ -340,6 +344,9 @@ func holdAt(ctx context.Context, rc RunConfig, s *Source, ident table.Identifier
 // lost (retried), not a refusal (a wrong password, a missing privilege,
 // a database that does not exist).
 func transient(err error) bool {
+	if err == nil {
+		return false
+	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		// Class 08: connection exception; 57: operator intervention
