@@ -51,9 +51,9 @@ func EvolveSchema(ctx context.Context, loader TableLoader, ident table.Identifie
 			}
 			var upd table.ColumnUpdate
 			switch {
-			case cur.Type.Equals(c.Type), promotion(c.Type, cur.Type):
+			case cur.Type.Equals(c.Type), Promotes(c.Type, cur.Type):
 				// The same type, or a narrower one whose values fit.
-			case keys[cur.ID] || !promotion(cur.Type, c.Type):
+			case keys[cur.ID] || !Promotes(cur.Type, c.Type):
 				what := "column"
 				if keys[cur.ID] {
 					what = "key column"
@@ -89,9 +89,9 @@ func EvolveSchema(ctx context.Context, loader TableLoader, ident table.Identifie
 	}
 }
 
-// promotion reports whether Iceberg's schema evolution may change a
+// Promotes reports whether Iceberg's schema evolution may change a
 // column of type from to type to.
-func promotion(from, to iceberg.Type) bool {
+func Promotes(from, to iceberg.Type) bool {
 	switch f := from.(type) {
 	case iceberg.Int32Type:
 		_, ok := to.(iceberg.Int64Type)

@@ -5,6 +5,8 @@ import (
 
 	"github.com/apache/iceberg-go"
 	"github.com/jackc/pglogrepl"
+
+	"github.com/icesink/icesink/commit"
 )
 
 // relationColumns are the columns a relation message sends, in the
@@ -72,22 +74,8 @@ func schemaChanges(cols []column, schema *iceberg.Schema) []iceberg.NestedField 
 }
 
 // widens reports whether values of type from are read into a column of
-// type to by widening (int into long, float into double, a decimal into
-// one of more precision at the same scale).
-func widens(from, to iceberg.Type) bool {
-	switch from := from.(type) {
-	case iceberg.Int32Type:
-		_, ok := to.(iceberg.Int64Type)
-		return ok
-	case iceberg.Float32Type:
-		_, ok := to.(iceberg.Float64Type)
-		return ok
-	case iceberg.DecimalType:
-		d, ok := to.(iceberg.DecimalType)
-		return ok && d.Scale() == from.Scale() && d.Precision() >= from.Precision()
-	}
-	return false
-}
+// type to by widening: Iceberg's own promotions (commit.Promotes).
+func widens(from, to iceberg.Type) bool { return commit.Promotes(from, to) }
 
 // layout maps rows of a source layout (its columns) onto a table schema.
 type layout struct {
