@@ -149,7 +149,7 @@ var errNoKey = errors.New("has no primary key")
 // cannot keep exact is refused, saying why and how to fix it.
 func describe(ctx context.Context, conn *pgx.Conn, n TableName, key []string) (*sourceTable, error) {
 	rows, err := conn.Query(ctx, `
-SELECT a.attname, a.atttypid, a.atttypmod, t.typname, t.typcategory, a.attnotnull,
+SELECT a.attname, a.atttypid, a.atttypmod, t.typname, a.attnotnull,
        coalesce(a.attnum = ANY(i.indkey), false), c.relreplident, t.typstorage
 FROM pg_attribute a
 JOIN pg_class c ON c.oid = a.attrelid
@@ -167,11 +167,11 @@ ORDER BY a.attnum`, n.Schema, n.Table)
 	for rows.Next() {
 		var c column
 		var oid uint32
-		var cat, ident, storage string
-		if err := rows.Scan(&c.name, &oid, &c.typmod, &c.typname, &cat, &c.notNull, &c.key, &ident, &storage); err != nil {
+		var ident, storage string
+		if err := rows.Scan(&c.name, &oid, &c.typmod, &c.typname, &c.notNull, &c.key, &ident, &storage); err != nil {
 			return nil, fmt.Errorf("reading the columns of %s: %w", n, err)
 		}
-		c.oid, c.category, identity = oid, cat[0], ident[0]
+		c.oid, identity = oid, ident[0]
 		if toastable(storage, oid, c.typmod) {
 			toasted = append(toasted, c.name)
 		}

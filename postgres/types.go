@@ -19,41 +19,30 @@ import (
 const (
 	oidBool        = 16
 	oidBytea       = 17
-	oidChar        = 18
-	oidName        = 19
 	oidInt8        = 20
 	oidInt2        = 21
 	oidInt4        = 23
-	oidText        = 25
 	oidOID         = 26
-	oidJSON        = 114
-	oidXML         = 142
 	oidFloat4      = 700
 	oidFloat8      = 701
-	oidMoney       = 790
 	oidBPChar      = 1042
 	oidVarchar     = 1043
 	oidDate        = 1082
 	oidTime        = 1083
 	oidTimestamp   = 1114
 	oidTimestamptz = 1184
-	oidInterval    = 1186
-	oidTimetz      = 1266
 	oidNumeric     = 1700
 	oidUUID        = 2950
-	oidJSONB       = 3802
-	oidCitext      = -1 // an extension's type: no fixed OID; text by typcategory
 )
 
 // column is a source table's column as icesink reads it.
 type column struct {
-	name     string
-	oid      uint32
-	typmod   int32
-	typname  string // pg_type.typname (e.g. "int4", "_int4", "mood")
-	category byte   // pg_type.typcategory: 'A' array, 'E' enum, 'S' string, ...
-	notNull  bool
-	key      bool // part of the primary key (or of the --tables key)
+	name    string
+	oid     uint32
+	typmod  int32
+	typname string // pg_type.typname (e.g. "int4", "_int4", "mood")
+	notNull bool
+	key     bool // part of the primary key (or of the --tables key)
 	// typ is the column's Iceberg type; decode turns its text form (the
 	// server's output function, DateStyle ISO, TimeZone UTC,
 	// IntervalStyle iso_8601) into the Go value deltawriter.Change wants.
