@@ -29,27 +29,45 @@ import (
 func cmdCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("coordinator", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var tf tableFlags
-	tf.register(fs)
-	listen := fs.String("listen", "127.0.0.1:7480", "`HOST:PORT` to serve writers on (without --tls-cert and --auth-token-file: loopback or a trusted network only)")
-	interval := fs.Uint64("commit-interval", 1, "commit every `K` checkpoints")
-	commitBytes := fs.String("commit-bytes", "0", "also commit when all writers together buffer this much; 0 = off")
-	vnodeCount := fs.Int("vnode-count", 256, "number of vnodes (with --table-template: at most this many a table, its topic's partitions)")
-	metricsAddr := fs.String("metrics-listen", "", "serve Prometheus metrics (icesink_commits_total, icesink_commit_duration_seconds, ...) at http://`HOST:PORT`/metrics")
-	checkpointInterval := fs.Duration("checkpoint-interval", 10*time.Second, "ask every writer to end its checkpoint this often (Kafka consumer-group writers end theirs only then); 0 = off")
-	sinkID := fs.String("sink-id", "icesink", "sink `ID` recorded in snapshot summaries")
-	stateDir := fs.String("state-dir", "", "`DIR` for the coordinator's checkpoints (default: DIR/_icesink/NS.NAME/SINK-ID; with --table-template DIR/_icesink/database/SINK-ID, and a given DIR gets DIR/database)")
-	var sf specFlags
-	sf.register(fs)
-	var rf retentionFlags
-	rf.register(fs)
-	var tof timeoutFlags
-	tof.register(fs)
-	var secf securityFlags
-	secf.register(fs, true)
-	template := fs.String("table-template", "", "serve the coordinators of every table `NS.NAME` this template spells (as icesink run --table-template: {topic}, {server}, {db}, {schema}, {table}, {source.*} each match one name part) instead of one --table: one coordinator for all of them, one epoch over every table (each committed in its own transaction), a table joining when its first writer does, with that writer's vnode count (its topic's partitions)")
-	verbose := fs.Bool("v", false, "log the coordinator's decisions (writers joining and leaving, epochs committed, aborts) to stderr")
-	config := registerConfig(fs)
+	help := newHelpTopics(fs)
+	var (
+		tf                               tableFlags
+		sf                               specFlags
+		rf                               retentionFlags
+		tof                              timeoutFlags
+		secf                             securityFlags
+		listen, commitBytes, metricsAddr *string
+		sinkID, stateDir, template       *string
+		interval                         *uint64
+		vnodeCount                       *int
+		checkpointInterval               *time.Duration
+		verbose                          *bool
+		config                           *string
+	)
+	help.add("Warehouse and tables", func(fs *flag.FlagSet) {
+		tf.register(fs)
+		template = fs.String("table-template", "", "serve the coordinators of every table `NS.NAME` this template spells (as icesink run --table-template: {topic}, {server}, {db}, {schema}, {table}, {source.*} each match one name part) instead of one --table: one coordinator for all of them, one epoch over every table (each committed in its own transaction), a table joining when its first writer does, with that writer's vnode count (its topic's partitions)")
+		sinkID = fs.String("sink-id", "icesink", "sink `ID` recorded in snapshot summaries")
+		stateDir = fs.String("state-dir", "", "`DIR` for the coordinator's checkpoints (default: DIR/_icesink/NS.NAME/SINK-ID; with --table-template DIR/_icesink/database/SINK-ID, and a given DIR gets DIR/database)")
+	})
+	help.add("New tables", sf.register)
+	help.add("Serving writers", func(fs *flag.FlagSet) {
+		listen = fs.String("listen", "127.0.0.1:7480", "`HOST:PORT` to serve writers on (without --tls-cert and --auth-token-file: loopback or a trusted network only)")
+		vnodeCount = fs.Int("vnode-count", 256, "number `N` of vnodes (with --table-template: at most this many a table, its topic's partitions)")
+		secf.register(fs, true)
+	})
+	help.add("Epochs and commits", func(fs *flag.FlagSet) {
+		checkpointInterval = fs.Duration("checkpoint-interval", 10*time.Second, "ask every writer to end its checkpoint this often, every `DURATION` (Kafka consumer-group writers end theirs only then); 0 = off")
+		interval = fs.Uint64("commit-interval", 1, "commit every `K` checkpoints")
+		commitBytes = fs.String("commit-bytes", "0", "also commit when all writers together buffer this `SIZE`; 0 = off")
+		tof.register(fs)
+	})
+	help.add("History", rf.register)
+	help.add("Output and monitoring", func(fs *flag.FlagSet) {
+		metricsAddr = fs.String("metrics-listen", "", "serve Prometheus metrics (icesink_commits_total, icesink_commit_duration_seconds, ...) at http://`HOST:PORT`/metrics")
+		verbose = fs.Bool("v", false, "log the coordinator's decisions (writers joining and leaving, epochs committed, aborts) to stderr")
+		config = registerConfig(fs)
+	})
 	if err := parseFlagsAndConfig(fs, args, config); err != nil {
 		return err
 	}

@@ -42,7 +42,7 @@ func (f *databaseFlags) register(fs *flag.FlagSet) {
 	f.overrides = tableOverrides{}
 	fs.Var(f.overrides, "tables", "with --table-template: a YAML `FILE` of per-table overrides for the tables it creates, by NS.NAME: key (the key columns of a source table without a primary key), partition-spec (a FILE), properties (a mapping); in the --config file: a tables: mapping")
 	fs.StringVar(&f.regex, "topic-regex", "", "with --table-template: also every topic whose whole name matches `REGEX`")
-	fs.DurationVar(&f.refresh, "topic-refresh", time.Minute, "with --topic-regex (without --stop-at-end): look for new matching topics this often; when one appears, every table commits what it read and the run goes on with the new topic's table too (0: only at start)")
+	fs.DurationVar(&f.refresh, "topic-refresh", time.Minute, "with --topic-regex (without --stop-at-end): look for new matching topics every `DURATION`; when one appears, every table commits what it read and the run goes on with the new topic's table too (0: only at start)")
 }
 
 func (f *databaseFlags) enabled() bool { return f.template != "" }

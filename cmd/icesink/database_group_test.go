@@ -33,6 +33,9 @@ func TestDatabaseGroup(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 240*time.Second)
 	defer cancel()
+	// A stall is reported before ctx kills the processes.
+	stalled, cancelStalled := context.WithTimeout(ctx, 200*time.Second)
+	defer cancelStalled()
 	f, c := newConnectorFeed(t, 47, 3)
 	seed := uint64(time.Now().UnixNano())
 	rng := rand.New(rand.NewPCG(seed, 47))
@@ -80,7 +83,18 @@ func TestDatabaseGroup(t *testing.T) {
 				return
 			}
 			select {
-			case <-ctx.Done():
+			case <-stalled.Done():
+				// Every live process prints its goroutines (SIGQUIT), so
+				// that a stall says where each one waits.
+				for _, p := range append([]*mpProc{coord}, procs...) {
+					p.cmd.Process.Signal(syscall.SIGQUIT)
+				}
+				for _, p := range append([]*mpProc{coord}, procs...) {
+					select {
+					case <-p.done:
+					case <-time.After(5 * time.Second):
+					}
+				}
 				t.Fatalf("%s\n%s", behind, outputs())
 			case <-time.After(200 * time.Millisecond):
 			}

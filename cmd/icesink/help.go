@@ -14,6 +14,8 @@ type helpTopics struct {
 	fs     *flag.FlagSet
 	topics []helpTopic
 	seen   map[string]bool
+	// current is the topic of the flags registered since the last flush.
+	current string
 }
 
 type helpTopic struct {
@@ -30,7 +32,22 @@ func newHelpTopics(fs *flag.FlagSet) *helpTopics {
 // add registers flags with register, under topic (a topic named twice
 // gathers both registrations).
 func (h *helpTopics) add(topic string, register func(*flag.FlagSet)) {
+	h.section(topic)
 	register(h.fs)
+	h.flush()
+}
+
+// section starts topic: the flags registered from now until the next
+// section (or add) go under it.
+func (h *helpTopics) section(topic string) {
+	h.flush()
+	h.current = topic
+}
+
+// flush files the flags registered since the last flush under the
+// current topic.
+func (h *helpTopics) flush() {
+	topic := h.current
 	var names []string
 	h.fs.VisitAll(func(f *flag.Flag) {
 		if !h.seen[f.Name] {
@@ -38,6 +55,9 @@ func (h *helpTopics) add(topic string, register func(*flag.FlagSet)) {
 			names = append(names, f.Name)
 		}
 	})
+	if len(names) == 0 {
+		return
+	}
 	for i := range h.topics {
 		if h.topics[i].name == topic {
 			h.topics[i].flags = append(h.topics[i].flags, names...)
@@ -49,6 +69,7 @@ func (h *helpTopics) add(topic string, register func(*flag.FlagSet)) {
 
 // print writes the flags topic by topic, spelled with two dashes.
 func (h *helpTopics) print(w io.Writer) {
+	h.flush()
 	fmt.Fprintf(w, "Usage: icesink %s [flags]\n", h.fs.Name())
 	for _, t := range h.topics {
 		fmt.Fprintf(w, "\n%s:\n", t.name)
@@ -66,5 +87,9 @@ func (h *helpTopics) print(w io.Writer) {
 			fmt.Fprintf(w, "      %s\n", strings.ReplaceAll(usage, "\n", "\n      "))
 		}
 	}
-	fmt.Fprintln(w, "\nOne dash works too (-flag); every flag can be a key of the --config file.")
+	if h.fs.Lookup("config") != nil {
+		fmt.Fprintln(w, "\nOne dash works too (-flag); every flag can be a key of the --config file.")
+	} else {
+		fmt.Fprintln(w, "\nOne dash works too (-flag).")
+	}
 }

@@ -22,17 +22,31 @@ import (
 func cmdMaintain(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("maintain", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var tf tableFlags
-	tf.register(fs)
-	sinkID := fs.String("sink-id", "icesink", "sink `ID` the compaction snapshots are marked with (icesink.maintained-by)")
-	rounds := fs.Int("rounds", 100, "at most `N` compaction rounds (each reads up to --compact-max-bytes)")
-	orphans := fs.Bool("remove-orphans", false, "also remove the files under the table's location that no snapshot or metadata lists and that are older than --orphans-older-than; the sink's own files are left to the sink, which removes its crashed windows' at start once its recorded epochs are committed")
-	orphanAge := fs.Duration("orphans-older-than", 72*time.Hour, "with --remove-orphans: only files older than this `DURATION` (a writer may still be about to commit younger ones)")
-	var cf compactionFlags
-	cf.register(fs, false)
-	var rf retentionFlags
-	rf.register(fs)
-	config := registerConfig(fs)
+	help := newHelpTopics(fs)
+	var (
+		tf        tableFlags
+		cf        compactionFlags
+		rf        retentionFlags
+		sinkID    *string
+		rounds    *int
+		orphans   *bool
+		orphanAge *time.Duration
+		config    *string
+	)
+	help.add("Warehouse and table", func(fs *flag.FlagSet) {
+		tf.register(fs)
+		sinkID = fs.String("sink-id", "icesink", "sink `ID` the compaction snapshots are marked with (icesink.maintained-by)")
+	})
+	help.add("Compaction", func(fs *flag.FlagSet) {
+		rounds = fs.Int("rounds", 100, "at most `N` compaction rounds (each reads up to --compact-max-bytes)")
+		cf.register(fs, false)
+	})
+	help.add("History and orphan files", func(fs *flag.FlagSet) {
+		rf.register(fs)
+		orphans = fs.Bool("remove-orphans", false, "also remove the files under the table's location that no snapshot or metadata lists and that are older than --orphans-older-than; the sink's own files are left to the sink, which removes its crashed windows' at start once its recorded epochs are committed")
+		orphanAge = fs.Duration("orphans-older-than", 72*time.Hour, "with --remove-orphans: only files older than this `DURATION` (a writer may still be about to commit younger ones)")
+	})
+	help.add("Configuration", func(fs *flag.FlagSet) { config = registerConfig(fs) })
 	if err := parseFlagsAndConfig(fs, args, config); err != nil {
 		return err
 	}

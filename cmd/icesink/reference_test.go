@@ -96,3 +96,38 @@ func TestReference(t *testing.T) {
 		}
 	}
 }
+
+// TestHelpTopics: every command's -h groups its flags under topics, each
+// flag once, spelled with two dashes, its argument named (not the flag
+// package's type names).
+func TestHelpTopics(t *testing.T) {
+	for _, cmd := range []string{"run", "coordinator", "scan", "snapshots", "maintain", "bench"} {
+		var stderr bytes.Buffer
+		if code := run(context.Background(), []string{cmd, "-h"}, nil, &stderr, &stderr); code != 0 {
+			t.Fatalf("icesink %s -h: exit %d\n%s", cmd, code, stderr.String())
+		}
+		seen, topics := map[string]bool{}, 0
+		for _, line := range strings.Split(stderr.String(), "\n") {
+			switch {
+			case line != "" && !strings.HasPrefix(line, " ") && strings.HasSuffix(line, ":"):
+				topics++
+			case strings.HasPrefix(line, "  -"):
+				if topics == 0 || !strings.HasPrefix(line, "  --") {
+					t.Errorf("icesink %s -h: %q is not a --flag under a topic", cmd, line)
+				}
+				name, arg, _ := strings.Cut(strings.TrimPrefix(line, "  --"), " ")
+				if seen[name] {
+					t.Errorf("icesink %s -h lists --%s twice", cmd, name)
+				}
+				seen[name] = true
+				switch arg {
+				case "int", "uint", "string", "duration", "float", "value":
+					t.Errorf("icesink %s -h: --%s takes %q: name the argument in its usage (`ARG`)", cmd, name, arg)
+				}
+			}
+		}
+		if len(seen) < 5 || topics == 0 {
+			t.Errorf("icesink %s -h: %d flags under %d topics:\n%s", cmd, len(seen), topics, stderr.String())
+		}
+	}
+}

@@ -37,7 +37,7 @@ type inputFlags struct {
 
 func (f *inputFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.input, "input", "", "input `FILE`, or - for standard input (or --kafka-brokers)")
-	fs.StringVar(&f.format, "format", "changelog-json", "input format: changelog-json, debezium-json or debezium-avro (Kafka with --schema-registry)")
+	fs.StringVar(&f.format, "format", "changelog-json", "input `FORMAT`: changelog-json, debezium-json or debezium-avro (Kafka with --schema-registry)")
 	fs.StringVar(&f.dbzDecimal, "debezium-decimal", "string", "debezium-json events without a schema: decimals as the connector's decimal.handling.mode spells them, `MODE` precise (base64) or string (events with a schema say it themselves)")
 	fs.StringVar(&f.dbzTime, "debezium-time-unit", "", "debezium-json events without a schema: the `UNIT` of integer times and timestamps, ms, us or ns (default: integers there are refused)")
 	fs.BoolVar(&f.evolve, "evolve-schema", true, "with debezium-json events that carry a Kafka Connect schema, or debezium-avro: make the table follow the events' schema (add a new column, widen int to long, float to double, a decimal's precision; make a column optional), committed before the rows that need it; other changes stop the run naming the column. false: such events are bad records")
@@ -73,11 +73,11 @@ type writerFlags struct {
 }
 
 func (f *writerFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.delMode, "delete-mode", "position", "how rows of earlier commits are deleted: position (a key index built from the table at start; no equality deletes) or equality (an equality delete per key and window; for tables other writers change too)")
-	fs.StringVar(&f.mode, "mode", "upsert", "upsert (inserts replace any row of the key) or changelog (trusted -U/+U pairs)")
-	fs.StringVar(&f.memLimit, "memory-limit", "0", "memory budget per writer (e.g. 64MiB, 1GiB); 0 = unbounded. The Go soft memory limit then holds the process to 2 x budget x writers + 64MiB where that leaves the collector the live heap as room (unless GOMEMLIMIT is set)")
+	fs.StringVar(&f.delMode, "delete-mode", "position", "`MODE`: how rows of earlier commits are deleted: position (a key index built from the table at start; no equality deletes) or equality (an equality delete per key and window; for tables other writers change too)")
+	fs.StringVar(&f.mode, "mode", "upsert", "`MODE`: upsert (inserts replace any row of the key) or changelog (trusted -U/+U pairs)")
+	fs.StringVar(&f.memLimit, "memory-limit", "0", "memory budget `SIZE` per writer (e.g. 64MiB, 1GiB); 0 = unbounded. The Go soft memory limit then holds the process to 2 x budget x writers + 64MiB where that leaves the collector the live heap as room (unless GOMEMLIMIT is set)")
 	fs.IntVar(&f.writers, "writers", 1, "`P` writers in this process, vnodes split evenly, rows routed by vnode")
-	fs.IntVar(&f.vnodeCount, "vnode-count", 256, "number of vnodes keys are routed by")
+	fs.IntVar(&f.vnodeCount, "vnode-count", 256, "number `N` of vnodes keys are routed by")
 	fs.Float64Var(&f.rewrite, "rewrite-deleted", 0, "rewrite at commit each data file of the window of which this `SHARE` of rows was deleted in it, so readers scan live rows only (0: never)")
 	fs.StringVar(&f.spillDir, "spill-dir", "", "`DIR` for the index's spill runs (default: the OS temp dir; a private subfolder per writer)")
 	fs.StringVar(&f.keyIndexDir, "key-index-dir", "", "`DIR` where each writer keeps its key index between runs, so that a restart on an unchanged table skips the rebuild (default: SPILL-DIR/icesink-keyindex, without --spill-dir the user's cache folder; private to the user; - for none)")
@@ -125,7 +125,7 @@ func (f *commitFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.ckRows, "checkpoint-rows", 100000, "end a checkpoint every `N` input rows (besides barrier lines)")
 	fs.Uint64Var(&f.interval, "commit-interval", 1, "commit every `K` checkpoints")
 	fs.StringVar(&f.sinkID, "sink-id", "icesink", "sink `ID` recorded in snapshot summaries; a rerun continues from its last commit")
-	fs.StringVar(&f.commitBytes, "commit-bytes", "0", "also commit when all writers together buffer this much (e.g. 512MiB); 0 = off")
+	fs.StringVar(&f.commitBytes, "commit-bytes", "0", "also commit when all writers together buffer this `SIZE` (e.g. 512MiB); 0 = off")
 	fs.StringVar(&f.stateDir, "state-dir", "", "`DIR` for the in-process coordinator's checkpoints (default: DIR/_icesink/NS.NAME/SINK-ID; with --table-template one for all tables, DIR/_icesink/database/SINK-ID, and a given DIR gets DIR/database)")
 	f.rf.register(fs)
 	fs.BoolVar(&f.maintain, "maintain", true, "compact the table's small files (their deletes applied) every --compact-every commits, between epochs; the writers' key indexes follow (in-process writers only; --maintain=false for a table another engine maintains)")

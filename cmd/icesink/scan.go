@@ -39,7 +39,7 @@ func tableCommand(ctx context.Context, name string, args []string, stderr io.Wri
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var tf tableFlags
-	tf.register(fs)
+	newHelpTopics(fs).add("Warehouse and table", tf.register)
 	if err := parseFlags(fs, args); err != nil {
 		return nil, nil, err
 	}
