@@ -91,6 +91,10 @@ func TestConfigAndPropertyErrors(t *testing.T) {
 			"--property", "write.parquet.compression-codec=brotli"}, "compression-codec=\"brotli\": want zstd"},
 		{[]string{"--warehouse", dir, "--table", "a.b", "--input", "-", "--schema", "../../testdata/orders.schema.json",
 			"--property", "format-version=3"}, "give --format-version instead"},
+		{[]string{"--warehouse", dir, "--table", "a.b", "--kafka-brokers", "127.0.0.1:1", "--topic", "t",
+			"--kafka-instance-id", "p0"}, "--kafka-instance-id is the identity of a member of a consumer group"},
+		{[]string{"--warehouse", dir, "--table", "a.b", "--kafka-brokers", "127.0.0.1:1", "--topic", "t", "--group", "g",
+			"--coordinator", "127.0.0.1:1", "--kafka-instance-id", "pod/0"}, `--kafka-instance-id "pod/0": want at most 200 of`},
 	} {
 		_, stderr, code := icesink(t, append([]string{"run"}, tc.args...)...)
 		if code != 2 || !strings.Contains(stderr, tc.want) {

@@ -49,12 +49,17 @@ func TestDatabaseGroup(t *testing.T) {
 			"--listen", caddr, "--checkpoint-interval", "300ms", "--align-timeout", "30s")
 		return p
 	}
-	start := func() *mpProc {
-		return mpStart(t, ctx, "run", "--warehouse", whDir, "--table-template", "inventory.{table}", "--format", "debezium-json",
+	// Each process is a static member of the group (--kafka-instance-id):
+	// a process restarted after a kill takes its identity back. (kfake
+	// keeps a member killed while its JoinGroup waited for the others in
+	// the group for good, its partitions unread, where a broker times its
+	// session out; a restart under the same identity replaces it.)
+	start := func(i int) *mpProc {
+		return mpStart(t, ctx, "run", "--kafka-instance-id", fmt.Sprintf("p%d", i), "--warehouse", whDir, "--table-template", "inventory.{table}", "--format", "debezium-json",
 			"--kafka-brokers", c.ListenAddrs()[0], "--topic-regex", `dbserver1\.inventory\..*`, "--group", "sink", "--coordinator", caddr,
 			"--kafka-session-timeout", "6s", "--memory-limit", "4MiB", "--spill-dir", t.TempDir())
 	}
-	procs := []*mpProc{start(), start()}
+	procs := []*mpProc{start(0), start(1)}
 	var logs strings.Builder // the output of every process killed
 	outputs := func() string {
 		var b strings.Builder
@@ -135,7 +140,7 @@ func TestDatabaseGroup(t *testing.T) {
 		f.produce(rng.IntN(150))
 		pause()
 		if i < len(procs) {
-			procs[i] = start()
+			procs[i] = start(i)
 		} else {
 			coord = startCoord()
 		}

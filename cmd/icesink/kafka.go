@@ -41,6 +41,7 @@ type kafkaFlags struct {
 	fetchBytes                   int32  // set by check; 0: the default (database mode: a share of the budget)
 	coordinator                  string // set by check
 	rebalance                    time.Duration
+	instanceID                   string // --kafka-instance-id
 	sec                          kafka.Security
 	passwordFile                 string
 	// The schema registry of debezium-avro input.
@@ -68,6 +69,7 @@ func (f *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.session, "kafka-session-timeout", 45*time.Second, "with --group and --coordinator: how long (`DURATION`) the group waits for a silent process (killed) before its partitions go to the others")
 	fs.DurationVar(&f.coordWait, "coordinator-wait", 2*time.Minute, "with --group and --coordinator: how long (`DURATION`) to wait out an unreachable or failing coordinator (a restart) before giving up")
 	fs.DurationVar(&f.rebalance, "kafka-rebalance-timeout", 0, "with --group and --coordinator: how long (`DURATION`) the group waits for its members to rejoin a rebalance (a member killed while the group forms); default: --kafka-session-timeout")
+	fs.StringVar(&f.instanceID, "kafka-instance-id", "", "with --group and --coordinator: static group membership (KIP-345) under this process's stable `ID` (e.g. a StatefulSet pod's name): a process restarted with the same ID within --kafka-session-timeout takes its partitions back without a rebalance, and one that stops keeps them until then; in a database run each table's client is ID.TOPIC")
 	fs.StringVar(&f.fetchSize, "kafka-fetch-bytes", "", "with --kafka-brokers: what one fetch reads ahead of the writers, per partition and per broker (compressed; a larger record batch comes whole), as a `SIZE`; default 1MiB, with --table-template and --memory-limit a 128th of the budget split over the tables (32KiB to 1MiB each)")
 	fs.BoolVar(&f.sec.TLS, "kafka-tls", false, "with --kafka-brokers: connect with TLS (the system's CAs unless --kafka-tls-ca)")
 	fs.StringVar(&f.sec.CAFile, "kafka-tls-ca", "", "with --kafka-brokers: a PEM `FILE` of the CAs that sign the brokers' certificates (implies --kafka-tls)")
@@ -111,6 +113,10 @@ func (f *kafkaFlags) check(input, coordinator string, format changelog.Format) e
 		return fmt.Errorf("%w: --kafka-brokers needs --topic", errUsage)
 	case coordinator != "" && f.group == "":
 		return fmt.Errorf("%w: --kafka-brokers with --coordinator needs --group: the consumer group splits the partitions among the processes", errUsage)
+	case f.instanceID != "" && (f.group == "" || coordinator == ""):
+		return fmt.Errorf("%w: --kafka-instance-id is the identity of a member of a consumer group that splits the partitions: it needs --group and --coordinator", errUsage)
+	case f.instanceID != "" && !validInstanceID(f.instanceID):
+		return fmt.Errorf("%w: --kafka-instance-id %q: want at most 200 of a-z, A-Z, 0-9, '.', '_' and '-'", errUsage, f.instanceID)
 	case f.start != "earliest" && f.start != "latest":
 		return fmt.Errorf("%w: --kafka-start %q: want earliest or latest", errUsage, f.start)
 	case f.interval < 0:
@@ -156,6 +162,20 @@ func (f *kafkaFlags) check(input, coordinator string, format changelog.Format) e
 		f.registry = reg
 	}
 	return nil
+}
+
+// validInstanceID reports whether id can name a static group member
+// (Kafka checks it as it checks topic names; the topic is appended).
+func validInstanceID(id string) bool {
+	if len(id) > 200 {
+		return false
+	}
+	for _, c := range id {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // cleartextWarnings names the passwords the flags would send unencrypted:
@@ -394,6 +414,10 @@ func (f *kafkaFlags) runGroup(ctx context.Context, cfg sink.Config, schema *iceb
 		rebalance = f.session
 	}
 	opts := append(slices.Clip(secOpts), kgo.RebalanceTimeout(rebalance))
+	if f.instanceID != "" {
+		// One member per table's client: each needs its own identity.
+		opts = append(opts, kgo.InstanceID(f.instanceID+"."+f.topic))
+	}
 	if !f.telemetry {
 		opts = append(opts, kgo.DisableClientMetrics())
 	}

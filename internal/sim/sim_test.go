@@ -114,6 +114,7 @@ type config struct {
 	NewTopic       bool   // a database: its last topic appears after the first run (--topic-regex)
 	Avro           bool   // one table over Kafka: debezium-avro events through a schema registry
 	Group          bool   // kafka: two processes in a consumer group with an icesink coordinator (one writer each, no maintenance)
+	Static         bool   // group: the processes are static members (--kafka-instance-id), a restarted one under its old identity
 	// Input "postgres": the changes are transactions on 1-2 tables of a
 	// PostgreSQL server (some rolled back), read by logical replication.
 	Lines, Keys int // the stream's length and key space
@@ -181,12 +182,16 @@ func draw(rng, later *rand.Rand) config {
 			c.Memory = "16MiB"
 		}
 	}
+	// The last draw, so that the draws before it keep their seeds.
+	if c.Group && later.IntN(2) == 0 {
+		c.Static = true
+	}
 	return c
 }
 
 func (c config) String() string {
-	return fmt.Sprintf("v%d %s writers=%d memory=%s maintain=%v/%d partitioned=%v composite=%v input=%s/%d tables=%d checkpoint-rows=%d commit-interval=%d retain=%d max-record=%s key-index=%v lines=%d keys=%d evolve=%d widen=%d optional=%d drop=%d new-topic=%v avro=%v group=%v",
-		c.Version, c.DeleteMode, c.Writers, c.Memory, c.Maintain, c.CompactEvery, c.Partitioned, c.Composite, c.Input, c.Partitions, c.Tables, c.CheckpointRows, c.CommitInterval, c.Retain, c.MaxRecord, c.KeyIndex, c.Lines, c.Keys, c.Evolve, c.Widen, c.Optional, c.Drop, c.NewTopic, c.Avro, c.Group)
+	return fmt.Sprintf("v%d %s writers=%d memory=%s maintain=%v/%d partitioned=%v composite=%v input=%s/%d tables=%d checkpoint-rows=%d commit-interval=%d retain=%d max-record=%s key-index=%v lines=%d keys=%d evolve=%d widen=%d optional=%d drop=%d new-topic=%v avro=%v group=%v static=%v",
+		c.Version, c.DeleteMode, c.Writers, c.Memory, c.Maintain, c.CompactEvery, c.Partitioned, c.Composite, c.Input, c.Partitions, c.Tables, c.CheckpointRows, c.CommitInterval, c.Retain, c.MaxRecord, c.KeyIndex, c.Lines, c.Keys, c.Evolve, c.Widen, c.Optional, c.Drop, c.NewTopic, c.Avro, c.Group, c.Static)
 }
 
 // refused reports a configuration icesink refuses at start: a database's
@@ -1572,8 +1577,16 @@ func (r *run) groupRun(args, coordArgs []string, kill bool, upto int) {
 		r.logf("the schema registry is down for %v", d)
 	}
 	startCoord()
+	// memberArgs are process i's: a static member has its own identity,
+	// which a restart under the same name takes back.
+	memberArgs := func(i int) []string {
+		if !r.cfg.Static {
+			return args
+		}
+		return append(slices.Clip(args), "--kafka-instance-id", fmt.Sprintf("p%d", i))
+	}
 	for i := range members {
-		members[i] = r.start(fmt.Sprintf("process %d", i), args...)
+		members[i] = r.start(fmt.Sprintf("process %d", i), memberArgs(i)...)
 	}
 	if kill {
 		after := time.Duration(50+r.rng.IntN(1500)) * time.Millisecond
@@ -1592,7 +1605,7 @@ func (r *run) groupRun(args, coordArgs []string, kill bool, upto int) {
 			if i == 0 {
 				startCoord()
 			} else {
-				members[i-1] = r.start(victim.name, args...)
+				members[i-1] = r.start(victim.name, memberArgs(i-1)...)
 			}
 		}
 	}
