@@ -18,8 +18,16 @@
 // table with no commit while the slot exists (a crash before its first
 // commit, or a table added to the publication) is read in the snapshot
 // of a temporary slot, and takes the stream's transactions from that
-// slot's consistent point on. The snapshot's rows are one window, committed
-// at its end.
+// slot's consistent point on. A snapshot is read a chunk of heap pages
+// at a time (Config.SnapshotChunk; TID range scans, PostgreSQL 14+), and a
+// checkpoint may end between two chunks: the commit records the next page
+// and the table's storage (PropSnapshotPage, PropSnapshotFile) beside
+// PropLSN, the snapshot's position. A run resumes such a table from that
+// page in a snapshot of its own and applies the stream from PropLSN on
+// top: every change replayed is a whole row (or a delete) by key, so rows
+// the newer snapshot holds already changed end as the source's. A table
+// rewritten since (another filenode: rows moved between pages) is read
+// again from its first page.
 //
 // Types. Values travel as PostgreSQL's text forms (connections run with
 // TimeZone UTC, DateStyle ISO, IntervalStyle iso_8601, bytea_output hex)
@@ -35,7 +43,4 @@
 // read); between rounds Run empties the Iceberg table in one snapshot and
 // records the truncating transaction (PropTruncated), and the next round
 // skips that transaction's changes of the table up to the truncate.
-//
-// Not yet: snapshots are not chunked, and a crash mid-snapshot reads the
-// table again from the start.
 package postgres

@@ -38,6 +38,11 @@ type Config struct {
 	// StatusInterval is how often the slot's confirmed position is sent
 	// (default 10 s).
 	StatusInterval time.Duration
+	// SnapshotChunk is how much of a table (bytes of its heap, default
+	// 64 MiB) one query of its snapshot reads: a commit may come between
+	// two, and a run stopped or killed mid-snapshot goes on from the
+	// first chunk not committed.
+	SnapshotChunk int64
 	// Logger receives what the replication does (default slog.Default).
 	Logger *slog.Logger
 }
@@ -84,6 +89,9 @@ type Replication struct {
 func Open(ctx context.Context, cfg Config) (*Replication, error) {
 	if cfg.Publication == "" || cfg.Slot == "" {
 		return nil, errors.New("postgres: a publication and a slot are required")
+	}
+	if cfg.SnapshotChunk <= 0 {
+		cfg.SnapshotChunk = 64 << 20
 	}
 	if cfg.StatusInterval <= 0 {
 		cfg.StatusInterval = 10 * time.Second

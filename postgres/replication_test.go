@@ -395,7 +395,7 @@ func TestReplicationKilled(t *testing.T) {
 	start := func() (*exec.Cmd, *bytes.Buffer) {
 		cmd := exec.Command(bin, "run", "--postgres", f.url, "--warehouse", f.dir, "--pg-tables", "app.*",
 			"--table-template", "pg.{schema}_{table}", "--sink-id", "pg", "--checkpoint-interval", "100ms",
-			"--memory-limit", "4MiB", "--spill-dir", spill, "--quiet")
+			"--memory-limit", "4MiB", "--spill-dir", spill, "--quiet", "--pg-snapshot-chunk", "8KiB") // kills mid-snapshot too
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {

@@ -73,6 +73,39 @@ var errStreamEnded = errors.New("the replication stream ended")
 // from before there was another source.
 const PropLSN = commit.PropOffsetPrefix + "postgres.lsn"
 
+// PropSnapshotPage and PropSnapshotFile are the offset properties of a
+// table whose snapshot is committed in part: the first heap page not
+// read, and the table's storage then (pg_relation_filenode; offsets are
+// numbers). A run goes on reading from that page in a snapshot of its
+// own, and applies the stream from PropLSN (the first snapshot's
+// position) on top: a row the new snapshot holds already changed is
+// changed to the same end again. A table rewritten since (VACUUM FULL,
+// CLUSTER: another filenode) is read again from its first page. File 0:
+// no snapshot in part.
+const (
+	PropSnapshotPage = commit.PropOffsetPrefix + "postgres.snapshot-page"
+	PropSnapshotFile = commit.PropOffsetPrefix + "postgres.snapshot-file"
+)
+
+// parseSnapshotProgress parses the PropSnapshotFile and PropSnapshotPage
+// of offsets (ok false: the snapshot was not committed in part).
+func parseSnapshotProgress(offsets map[string]string) (file, page uint32, ok bool, err error) {
+	f, ok := offsets[PropSnapshotFile]
+	if !ok || f == "0" {
+		return 0, 0, false, nil // none, or read whole
+	}
+	fn, err := strconv.ParseUint(f, 10, 32)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("%s %q: %w", PropSnapshotFile, f, err)
+	}
+	p := offsets[PropSnapshotPage]
+	pn, err := strconv.ParseUint(p, 10, 32)
+	if err != nil {
+		return 0, 0, false, fmt.Errorf("%s %q: %w", PropSnapshotPage, p, err)
+	}
+	return uint32(fn), uint32(pn), true, nil
+}
+
 // parseLSN parses a PropLSN value.
 func parseLSN(v string) (pglogrepl.LSN, error) {
 	n, err := strconv.ParseUint(v, 10, 64)
@@ -168,7 +201,17 @@ func (s *Source) Identity() string { return s.r.system + "/" + s.t.name.String()
 // Offsets says how far the table's input is read: the end of its last
 // transaction read whole.
 func (s *Source) Offsets() map[string]string {
-	return map[string]string{PropLSN: strconv.FormatUint(uint64(s.pos), 10)}
+	// Commits carry offsets forward: a snapshot read whole says so (0).
+	file, page := uint32(0), uint32(0)
+	if s.snap != nil {
+		// Called between two chunks (checkpoints end only there).
+		file, page = s.snap.file, s.snap.next
+	}
+	return map[string]string{
+		PropLSN:          strconv.FormatUint(uint64(s.pos), 10),
+		PropSnapshotFile: strconv.FormatUint(uint64(file), 10),
+		PropSnapshotPage: strconv.FormatUint(uint64(page), 10),
+	}
 }
 
 // RequestBarrier makes Next end the checkpoint at the next transaction
@@ -240,6 +283,17 @@ func (s *Source) Seek(ctx context.Context, offsets map[string]string, _ int64) (
 			return fmt.Errorf("table %s holds the changes up to %s, and slot %s has confirmed %s: the changes in between are gone (another reader of the slot?). Write the table anew (drop it, or give another --sink-id)", s.t.name, s.from, s.r.cfg.Slot, s.r.slotFlushed)
 		}
 		s.committed.Store(uint64(s.from))
+		file, page, inPart, err := parseSnapshotProgress(offsets)
+		if err != nil {
+			return fmt.Errorf("table %s: the commit's %w", s.t.name, err)
+		}
+		if inPart && s.from == lsn {
+			// The snapshot was committed in part: the rest is read in a
+			// snapshot of now, the stream applied from lsn on top.
+			if s.snap, _, err = s.r.openSnapshot(ctx, s.t, &s.snapEstimate, file, page); err != nil {
+				return fmt.Errorf("table %s: %w", s.t.name, err)
+			}
+		}
 		return nil
 	}
 	if s.truncatedAt != 0 {
@@ -249,7 +303,7 @@ func (s *Source) Seek(ctx context.Context, offsets map[string]string, _ int64) (
 		s.committed.Store(uint64(s.from))
 		return nil
 	}
-	snap, at, err := s.r.openSnapshot(ctx, s.t, &s.snapEstimate)
+	snap, at, err := s.r.openSnapshot(ctx, s.t, &s.snapEstimate, 0, 0)
 	if err != nil {
 		return fmt.Errorf("table %s: %w", s.t.name, err)
 	}
@@ -267,6 +321,9 @@ func (s *Source) Next() (changelog.Record, error) {
 		rec, err := s.nextSnapshot()
 		if err != io.EOF {
 			return rec, err
+		}
+		if !s.snap.done {
+			return rec, err // stopped between two chunks
 		}
 		s.r.log.Info("table read in the snapshot; its changes follow", "table", s.t.name.String(), "rows", s.snapRows, "lsn", s.from)
 		s.closeSnapshot()
@@ -360,18 +417,31 @@ func (s *Source) logProgress() {
 	s.r.log.Info("reading a table in its snapshot", args...)
 }
 
-// snapshot is a table's rows in a snapshot consistent with the stream.
+// snapshot is a table's rows in a snapshot consistent with the stream,
+// read a chunk of heap pages at a time (TID range scans, PostgreSQL 14+;
+// older servers read the table in one query).
 type snapshot struct {
+	ctx  context.Context
 	conn *pgx.Conn
-	rows pgx.Rows
+	rows pgx.Rows       // the chunk being read (nil: between two)
 	temp *pgconn.PgConn // the temporary slot's connection, kept until the rows are read
+	// query selects the table's columns; file is its storage's filenode.
+	query string
+	file  uint32
+	// next is the first page not read; pages the table's size when the
+	// snapshot began (rows of the snapshot lie below it); chunk the pages
+	// a query reads (0: the whole table in one).
+	next, pages, chunk uint32
+	done               bool // every chunk is read
 }
 
 // openSnapshot starts reading t's rows in the slot's exported snapshot
 // (created by this run), or in a temporary slot's: at is the position
 // the snapshot holds (transactions ending at or below it are in it).
-func (r *Replication) openSnapshot(ctx context.Context, t *sourceTable, estimate *atomic.Int64) (_ *snapshot, at pglogrepl.LSN, err error) {
-	sn := &snapshot{}
+// From file and page (non-zero: a snapshot committed in part) it reads
+// on from page when the table's storage is still file.
+func (r *Replication) openSnapshot(ctx context.Context, t *sourceTable, estimate *atomic.Int64, file, page uint32) (_ *snapshot, at pglogrepl.LSN, err error) {
+	sn := &snapshot{ctx: ctx}
 	defer func() {
 		if err != nil {
 			sn.close()
@@ -410,23 +480,77 @@ func (r *Replication) openSnapshot(ctx context.Context, t *sourceTable, estimate
 	}
 	// No column change while the table is read (one made between the
 	// snapshot and this lock fails the read: a new run reads the table
-	// in a snapshot of its own).
+	// in a snapshot of its own), and no rewrite (VACUUM FULL) moving rows
+	// between chunks.
 	if _, err := sn.conn.Exec(ctx, "LOCK TABLE "+t.name.quoted()+" IN ACCESS SHARE MODE"); err != nil {
 		return nil, 0, fmt.Errorf("locking the table against column changes while it is read: %w", err)
 	}
-	var est float64
-	_ = sn.conn.QueryRow(ctx, `SELECT reltuples FROM pg_class WHERE oid = $1::regclass`, t.name.quoted()).Scan(&est)
+	var (
+		est        float64
+		version    int
+		pages, bsz int64
+	)
+	err = sn.conn.QueryRow(ctx, `SELECT c.reltuples, pg_relation_filenode(c.oid), pg_relation_size(c.oid), current_setting('block_size')::int, current_setting('server_version_num')::int
+		FROM pg_class c WHERE c.oid = $1::regclass`, t.name.quoted()).Scan(&est, &sn.file, &pages, &bsz, &version)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading the table's size: %w", err)
+	}
+	// Rows of the snapshot lie in pages that existed when it was taken,
+	// all below the size read now (the table grows; VACUUM truncates
+	// none our snapshot still sees).
+	sn.pages = uint32(pages / bsz)
+	if version >= 140000 {
+		sn.chunk = uint32(max(r.cfg.SnapshotChunk/bsz, 1))
+	}
+	if file != 0 && page > 0 {
+		if file == sn.file && sn.chunk > 0 {
+			sn.next = page
+			r.log.Info("reading on in a table's snapshot committed in part", "table", t.name.String(), "page", page, "pages", sn.pages)
+		} else {
+			r.log.Info("reading a table's snapshot committed in part again from its start: the table was rewritten (VACUUM FULL, CLUSTER) since", "table", t.name.String())
+		}
+	}
 	cols := make([]string, len(t.cols))
 	for i, c := range t.cols {
 		cols[i] = pgx.Identifier{c.name}.Sanitize()
 	}
-	sql := "SELECT " + strings.Join(cols, ", ") + " FROM " + t.name.quoted()
-	if sn.rows, err = sn.conn.Query(ctx, sql, pgx.QueryResultFormats{pgx.TextFormatCode}); err != nil {
-		return nil, 0, fmt.Errorf("reading the table: %w", err)
+	sn.query = "SELECT " + strings.Join(cols, ", ") + " FROM " + t.name.quoted()
+	if est > 0 && sn.pages > 0 {
+		est *= float64(sn.pages-min(sn.next, sn.pages)) / float64(sn.pages)
 	}
 	estimate.Store(int64(max(est, 0)))
 	r.log.Info("reading a table in its snapshot", "table", t.name.String(), "rows_estimated", int64(max(est, 0)), "lsn", at)
 	return sn, at, nil
+}
+
+// nextChunk starts the query of the next chunk of pages.
+func (sn *snapshot) nextChunk() error {
+	sql := sn.query
+	switch {
+	case sn.chunk == 0:
+	case sn.next+sn.chunk >= sn.pages:
+		// The last chunk: every page from next on.
+		sql += fmt.Sprintf(" WHERE ctid >= '(%d,0)'::tid", sn.next)
+	default:
+		sql += fmt.Sprintf(" WHERE ctid >= '(%d,0)'::tid AND ctid < '(%d,0)'::tid", sn.next, sn.next+sn.chunk)
+	}
+	rows, err := sn.conn.Query(sn.ctx, sql, pgx.QueryResultFormats{pgx.TextFormatCode})
+	if err != nil {
+		return fmt.Errorf("reading the table: %w", err)
+	}
+	sn.rows = rows
+	return nil
+}
+
+// chunkRead moves past the chunk just read.
+func (sn *snapshot) chunkRead() {
+	sn.rows.Close()
+	sn.rows = nil
+	if sn.chunk == 0 || sn.next+sn.chunk >= sn.pages {
+		sn.done = true
+		return
+	}
+	sn.next += sn.chunk
 }
 
 func (sn *snapshot) close() {
@@ -450,16 +574,34 @@ func (s *Source) closeSnapshot() {
 	}
 }
 
-// nextSnapshot returns the snapshot's next row as an insert.
+// nextSnapshot returns the snapshot's next row as an insert; between two
+// chunks a barrier asked for, or io.EOF once the replication stops (the
+// sink commits the chunks read) or every chunk is read.
 func (s *Source) nextSnapshot() (changelog.Record, error) {
-	rows := s.snap.rows
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return changelog.Record{}, fmt.Errorf("table %s: reading its snapshot: %w", s.t.name, err)
+	sn := s.snap
+	for sn.rows == nil || !sn.rows.Next() {
+		if sn.rows != nil {
+			if err := sn.rows.Err(); err != nil {
+				return changelog.Record{}, fmt.Errorf("table %s: reading its snapshot: %w", s.t.name, err)
+			}
+			sn.chunkRead()
 		}
-		return changelog.Record{}, io.EOF
+		if sn.done {
+			return changelog.Record{}, io.EOF
+		}
+		if s.want.Load() {
+			return s.barrier(), nil
+		}
+		select {
+		case <-s.r.stopped:
+			return changelog.Record{}, io.EOF
+		default:
+		}
+		if err := sn.nextChunk(); err != nil {
+			return changelog.Record{}, fmt.Errorf("table %s: %w", s.t.name, err)
+		}
 	}
-	raw := rows.RawValues()
+	raw := sn.rows.RawValues()
 	row := make([]any, len(s.lay.cols))
 	for i, c := range s.lay.cols {
 		if raw[i] == nil {

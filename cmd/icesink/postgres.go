@@ -19,12 +19,15 @@ import (
 // pgFlags read a PostgreSQL database by logical replication.
 type pgFlags struct {
 	url, publication, slot, tables string
+	chunk                          string // --pg-snapshot-chunk
+	chunkBytes                     int64  // set by check
 }
 
 func (f *pgFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.url, "postgres", "", "read the tables of a PostgreSQL database at `URL` (postgres://USER@HOST:PORT/DB?sslmode=verify-full&sslrootcert=FILE) by logical replication, each into its own table (--table-template, default {schema}.{table}); the password comes from PGPASSWORD or a password file (PGPASSFILE, ~/.pgpass), never from the URL. The server needs wal_level=logical, the role REPLICATION and SELECT on the tables")
 	fs.StringVar(&f.publication, "publication", "icesink", "with --postgres: the publication `NAME` whose tables are read (created for --pg-tables when missing)")
 	fs.StringVar(&f.slot, "slot", "icesink", "with --postgres: the logical replication slot `NAME` (pgoutput); created on the first run, with the snapshot the tables are first read in")
+	fs.StringVar(&f.chunk, "pg-snapshot-chunk", "64MiB", "with --postgres: how much of a table (`SIZE` of its heap) one query of its initial snapshot reads; a commit may come between two, and a run stopped or killed mid-snapshot goes on from the first chunk not committed")
 	fs.StringVar(&f.tables, "pg-tables", "", "with --postgres: the tables `SCHEMA.T1,SCHEMA.T2,...` (SCHEMA.* for all tables of a schema) the publication is created for when it does not exist")
 }
 
@@ -33,7 +36,7 @@ func (f *pgFlags) enabled() bool { return f.url != "" }
 // check refuses what a PostgreSQL run cannot take.
 func (f *pgFlags) check(fs *flag.FlagSet, tf *tableFlags, sf *specFlags, inputGiven, kafkaGiven bool, coordinator string) error {
 	if !f.enabled() {
-		for _, name := range []string{"publication", "slot", "pg-tables"} {
+		for _, name := range []string{"publication", "slot", "pg-tables", "pg-snapshot-chunk"} {
 			if isSet(fs, name) {
 				return fmt.Errorf("%w: --%s needs --postgres", errUsage, name)
 			}
@@ -46,6 +49,9 @@ func (f *pgFlags) check(fs *flag.FlagSet, tf *tableFlags, sf *specFlags, inputGi
 	}
 	if _, ok := u.User.Password(); ok || u.Query().Get("password") != "" {
 		return fmt.Errorf("%w: --postgres: the URL holds a password, which the process list shows to every user: put it in PGPASSWORD or a password file (PGPASSFILE, ~/.pgpass) and drop it from the URL", errUsage)
+	}
+	if f.chunkBytes, err = parseSize(f.chunk); err != nil || f.chunkBytes <= 0 {
+		return fmt.Errorf("%w: --pg-snapshot-chunk %q: want a size such as 64MiB", errUsage, f.chunk)
 	}
 	switch {
 	case tf.warehouse == "":
@@ -94,7 +100,7 @@ func runPostgres(ctx context.Context, f pgFlags, wh *warehouse.Warehouse, base s
 		tables = strings.Split(f.tables, ",")
 	}
 	res, err := postgres.Run(ctx, postgres.RunConfig{
-		Source: postgres.Config{URL: f.url, Publication: f.publication, Slot: f.slot, Tables: tables, Logger: base.Logger,
+		Source: postgres.Config{URL: f.url, Publication: f.publication, Slot: f.slot, Tables: tables, Logger: base.Logger, SnapshotChunk: f.chunkBytes,
 			// --tables: key: names the key of a table without a primary key.
 			Keys: func(n postgres.TableName) []string {
 				ident, err := pgTableName(template, db, n)

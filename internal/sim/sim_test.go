@@ -115,6 +115,7 @@ type config struct {
 	Avro           bool   // one table over Kafka: debezium-avro events through a schema registry
 	Group          bool   // kafka: two processes in a consumer group with an icesink coordinator (one writer each, no maintenance)
 	Static         bool   // group: the processes are static members (--kafka-instance-id), a restarted one under its old identity
+	PgChunk        string // postgres: --pg-snapshot-chunk ("": the default; 8KiB: a page a query, a commit between any two)
 	// Input "postgres": the changes are transactions on 1-2 tables of a
 	// PostgreSQL server (some rolled back), read by logical replication.
 	Lines, Keys int // the stream's length and key space
@@ -186,12 +187,15 @@ func draw(rng, later *rand.Rand) config {
 	if c.Group && later.IntN(2) == 0 {
 		c.Static = true
 	}
+	if c.Input == "postgres" && later.IntN(2) == 0 {
+		c.PgChunk = "8KiB"
+	}
 	return c
 }
 
 func (c config) String() string {
-	return fmt.Sprintf("v%d %s writers=%d memory=%s maintain=%v/%d partitioned=%v composite=%v input=%s/%d tables=%d checkpoint-rows=%d commit-interval=%d retain=%d max-record=%s key-index=%v lines=%d keys=%d evolve=%d widen=%d optional=%d drop=%d new-topic=%v avro=%v group=%v static=%v",
-		c.Version, c.DeleteMode, c.Writers, c.Memory, c.Maintain, c.CompactEvery, c.Partitioned, c.Composite, c.Input, c.Partitions, c.Tables, c.CheckpointRows, c.CommitInterval, c.Retain, c.MaxRecord, c.KeyIndex, c.Lines, c.Keys, c.Evolve, c.Widen, c.Optional, c.Drop, c.NewTopic, c.Avro, c.Group, c.Static)
+	return fmt.Sprintf("v%d %s writers=%d memory=%s maintain=%v/%d partitioned=%v composite=%v input=%s/%d tables=%d checkpoint-rows=%d commit-interval=%d retain=%d max-record=%s key-index=%v lines=%d keys=%d evolve=%d widen=%d optional=%d drop=%d new-topic=%v avro=%v group=%v static=%v pg-chunk=%s",
+		c.Version, c.DeleteMode, c.Writers, c.Memory, c.Maintain, c.CompactEvery, c.Partitioned, c.Composite, c.Input, c.Partitions, c.Tables, c.CheckpointRows, c.CommitInterval, c.Retain, c.MaxRecord, c.KeyIndex, c.Lines, c.Keys, c.Evolve, c.Widen, c.Optional, c.Drop, c.NewTopic, c.Avro, c.Group, c.Static, c.PgChunk)
 }
 
 // refused reports a configuration icesink refuses at start: a database's
@@ -824,6 +828,9 @@ func (r *run) sink(frac float64, kill bool) {
 	}
 	if c.Input == "postgres" {
 		args = append(args, "--postgres", r.pgURL, "--pg-tables", "app.*", "--table-template", "sim.{table}", "--checkpoint-interval", "200ms")
+		if c.PgChunk != "" {
+			args = append(args, "--pg-snapshot-chunk", c.PgChunk)
+		}
 	} else if c.Tables > 1 {
 		args = append(args, "--table-template", "sim.{topic}", "--format", "debezium-json")
 		coordArgs = append(coordArgs, "--table-template", "sim.{topic}")

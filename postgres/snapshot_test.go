@@ -1,0 +1,135 @@
+package postgres
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/icesink/icesink/sink"
+)
+
+// logBuffer is a log destination safe for the replication's goroutines.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestSnapshotResume: a run stopped in the middle of a table's initial
+// snapshot commits the chunks it read (the table's offsets say which
+// page is next); while no run reads, rows of read and unread pages are
+// updated, deleted and inserted (and, in "rewritten", the table is
+// rewritten by VACUUM FULL, moving its rows between pages); the next run
+// reads on from that page (from the first, after a rewrite) and every
+// table ends equal to its source.
+func TestSnapshotResume(t *testing.T) {
+	for _, rewrite := range []bool{false, true} {
+		name := map[bool]string{false: "in place", true: "rewritten"}[rewrite]
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, 9)
+			f.create()
+			// ~2,000 heap pages of orders, a page a chunk, a commit
+			// every 20 ms.
+			f.exec(`INSERT INTO app.orders SELECT g, 'bulk-' || g, g % 1000, g % 2 = 0, now(), repeat('x', 100) FROM generate_series(1000, 100000) g`)
+			var logs logBuffer
+			cfg := f.config(slog.New(slog.NewTextHandler(&logs, nil)))
+			cfg.Source.SnapshotChunk = 8192
+			cfg.Sink.BarrierInterval = 20 * time.Millisecond
+			orders := table.Identifier{"pg", "app_orders"}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				_, err := Run(ctx, cfg)
+				done <- err
+			}()
+			// Stop once a commit holds part of the snapshot.
+			deadline := time.Now().Add(60 * time.Second)
+			for f.snapshotProgress(orders) == "" {
+				select {
+				case err := <-done:
+					t.Fatalf("the run ended before a commit of part of the snapshot: %v\n%s", err, logs.String())
+				default:
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("no commit of part of the snapshot in 60 s\n%s", logs.String())
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("the stopped run: %v\n%s", err, logs.String())
+			}
+			stoppedAt := f.snapshotProgress(orders)
+			if stoppedAt == "" {
+				t.Fatalf("the stop committed the whole snapshot: the test needs a larger table\n%s", logs.String())
+			}
+			t.Logf("stopped with the snapshot committed up to %s", stoppedAt)
+			// Changes while no run reads: rows of pages read and not read.
+			f.exec(`UPDATE app.orders SET amount = amount + 1, customer = 'moved' WHERE id % 7 = 0`)
+			f.exec(`DELETE FROM app.orders WHERE id % 11 = 0`)
+			f.exec(`INSERT INTO app.orders SELECT g, 'late-' || g, 1, true, now(), NULL FROM generate_series(200000, 200500) g`)
+			for range 40 {
+				f.randomTxn()
+			}
+			if rewrite {
+				f.exec(`VACUUM FULL app.orders`)
+			}
+			ctx, cancel = context.WithCancel(context.Background())
+			defer cancel()
+			done = make(chan error, 1)
+			go func() {
+				_, err := Run(ctx, cfg)
+				done <- err
+			}()
+			for range 40 {
+				f.randomTxn()
+			}
+			f.waitCommitted(done, orders, table.Identifier{"pg", "app_items"})
+			cancel()
+			if err := <-done; err != nil {
+				t.Fatalf("the second run: %v\n%s", err, logs.String())
+			}
+			want := "reading on in a table's snapshot committed in part"
+			if rewrite {
+				want = "again from its start: the table was rewritten"
+			}
+			if !strings.Contains(logs.String(), want) {
+				t.Errorf("the second run did not log %q\n%s", want, logs.String())
+			}
+			if p := f.snapshotProgress(orders); p != "" {
+				t.Errorf("the snapshot is still in part (%s) after the second run", p)
+			}
+			f.check("after a snapshot stopped in part")
+		})
+	}
+}
+
+// snapshotProgress is the PropSnapshotPage of table ident's last commit
+// ("": none, read whole, or no commit).
+func (f *pgFixture) snapshotProgress(ident table.Identifier) string {
+	pos, err := sink.Resume(context.Background(), sink.Config{Loader: f.wh.Catalog, Ident: ident, SinkID: "pg"})
+	if err != nil {
+		return ""
+	}
+	if pos.Offsets[PropSnapshotFile] == "0" {
+		return ""
+	}
+	return pos.Offsets[PropSnapshotPage]
+}
