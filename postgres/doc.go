@@ -38,6 +38,13 @@
 // interval, money, timetz) is a string of PostgreSQL's own text form,
 // never a rounded value.
 //
+// Tables joining. Run looks at the publication every
+// Config.RefreshInterval: a table that joined ends the round (every table
+// commits what it read, at a transaction boundary or between snapshot
+// chunks), and the next round reads it in a snapshot of its own. A table
+// that cannot be read fails the first round; in later rounds it is left
+// out alone (reported with the run's result) until it can be.
+//
 // TRUNCATE. A table's run ends at a TRUNCATE of its source table
 // (TruncatedError) and the round ends with it (the others commit what they
 // read); between rounds Run empties the Iceberg table in one snapshot and

@@ -43,6 +43,17 @@ type Config struct {
 	// two, and a run stopped or killed mid-snapshot goes on from the
 	// first chunk not committed.
 	SnapshotChunk int64
+	// RefreshInterval is how often the publication is looked at for
+	// tables that joined it (default 1 min; negative: never): a table that
+	// joins ends the round, every table commits what it read, and the next
+	// round reads the new one in a snapshot of its own, then streams it too.
+	RefreshInterval time.Duration
+
+	// skip names tables a round leaves out (refused when they joined);
+	// with goOn, Open leaves out a table it cannot read (Replication.refused)
+	// instead of failing.
+	skip map[TableName]bool
+	goOn bool
 	// Logger receives what the replication does (default slog.Default).
 	Logger *slog.Logger
 }
@@ -61,6 +72,8 @@ type Replication struct {
 	byName  map[TableName]*Source
 	byRel   map[uint32]*Source // relation id -> table (nil: not ours)
 	created bool               // the slot was created by this run
+	// refused are the published tables Open left out (Config.goOn).
+	refused map[TableName]error
 	// slotFlushed is the position the slot had confirmed at the start.
 	slotFlushed pglogrepl.LSN
 	// snapshot and consistent are the slot's exported snapshot and the
@@ -93,6 +106,9 @@ func Open(ctx context.Context, cfg Config) (*Replication, error) {
 	if cfg.SnapshotChunk <= 0 {
 		cfg.SnapshotChunk = 64 << 20
 	}
+	if cfg.RefreshInterval == 0 {
+		cfg.RefreshInterval = time.Minute
+	}
 	if cfg.StatusInterval <= 0 {
 		cfg.StatusInterval = 10 * time.Second
 	}
@@ -118,12 +134,20 @@ func Open(ctx context.Context, cfg Config) (*Replication, error) {
 	if len(names) == 0 {
 		return nil, fmt.Errorf("publication %s publishes no table", cfg.Publication)
 	}
+	names = slices.DeleteFunc(names, func(n TableName) bool { return cfg.skip[n] })
 	for _, n := range names {
 		var key []string
 		if cfg.Keys != nil {
 			key = cfg.Keys(n)
 		}
 		t, err := describe(ctx, r.conn, n, key)
+		if err != nil && cfg.goOn {
+			if r.refused == nil {
+				r.refused = map[TableName]error{}
+			}
+			r.refused[n] = err
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -176,6 +200,29 @@ func (r *Replication) Tables() []*Source { return slices.Clone(r.tables) }
 // Stop ends the input: each table's Next returns io.EOF at its next
 // transaction boundary, after which the sink commits what it read.
 func (r *Replication) Stop() { r.stopOne.Do(func() { close(r.stopped) }) }
+
+// joined lists the published tables this round does not read (joined
+// since Open, or left out as unreadable), each with why it cannot be
+// read (nil: it can now).
+func (r *Replication) joined(ctx context.Context) (map[TableName]error, error) {
+	names, err := publicationTables(ctx, r.conn, r.cfg.Publication)
+	if err != nil {
+		return nil, err
+	}
+	out := map[TableName]error{}
+	for _, n := range names {
+		if _, ok := r.byName[n]; ok {
+			continue
+		}
+		var key []string
+		if r.cfg.Keys != nil {
+			key = r.cfg.Keys(n)
+		}
+		_, err := describe(ctx, r.conn, n, key)
+		out[n] = err
+	}
+	return out, nil
+}
 
 // Close closes the connections.
 func (r *Replication) Close() error {

@@ -72,10 +72,17 @@ func Run(ctx context.Context, rc RunConfig) ([]TableResult, error) {
 	}
 	failed := map[TableName]error{}
 	truncated := map[TableName]*TruncatedError{}
+	// Tables refused when they joined the publication: later rounds
+	// leave them out (the slot does not wait for them; once fixed, a new
+	// run reads them whole).
+	rc.Source.skip = map[TableName]bool{}
 	total := map[TableName]*TableResult{}
 	var order []TableName
 	wait := time.Second
 	for round := 1; ; round++ {
+		// The first round refuses a table it cannot read (a missing key);
+		// later ones leave it out, and the others go on.
+		rc.Source.goOn = round > 1
 		res, retry, err := runRound(ctx, rc, failed, truncated)
 		// A table truncated at the source is emptied now, with every
 		// table's run ended and the epochs before the truncate committed.
@@ -163,7 +170,14 @@ func runRound(ctx context.Context, rc RunConfig, failed map[TableName]error, tru
 		defer reg.Unregister(col)
 	}
 	srcs := r.Tables()
-	results := make([]TableResult, len(srcs))
+	results := make([]TableResult, len(srcs), len(srcs)+len(r.refused))
+	for n, err := range r.refused {
+		cmp.Or(rc.Sink.Logger, slog.Default()).Error("a published table cannot be read; the other tables go on", "source", n.String(), "err", err)
+		failed[n] = err
+		rc.Source.skip[n] = true
+		ident, _ := rc.Table(n)
+		results = append(results, TableResult{Source: n, Ident: ident, Err: err})
+	}
 	var known []table.Identifier
 	seen := map[string]TableName{}
 	for i, s := range srcs {
@@ -215,6 +229,65 @@ func runRound(ctx context.Context, rc RunConfig, failed map[TableName]error, tru
 	defer cancelStream()
 	streamErr := make(chan error, 1)
 	go func() { streamErr <- r.Run(streamCtx) }()
+	// Tables joining the publication end the round.
+	var (
+		joinedMu  sync.Mutex
+		joined    bool
+		refused   = map[TableName]error{}
+		recovered = map[TableName]bool{}
+	)
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		if rc.Source.RefreshInterval < 0 {
+			return
+		}
+		log := cmp.Or(rc.Sink.Logger, slog.Default())
+		for {
+			select {
+			case <-watchCtx.Done():
+				return
+			case <-r.stopped:
+				return
+			case <-time.After(r.cfg.RefreshInterval):
+			}
+			news, err := r.joined(watchCtx)
+			if err != nil {
+				if watchCtx.Err() == nil {
+					log.Warn("looking for tables that joined the publication", "err", err)
+				}
+				continue
+			}
+			joinedMu.Lock()
+			for n, err := range news {
+				switch {
+				case err != nil && !rc.Source.skip[n]:
+					refused[n] = err
+					rc.Source.skip[n] = true
+					log.Error("a table joined the publication and cannot be read; the other tables go on", "source", n.String(), "err", err)
+				case err == nil && rc.Source.skip[n]:
+					// Fixed (a key added, its replica identity FULL).
+					recovered[n] = true
+					joined = true
+					log.Info("a published table that could not be read can be now: the next round reads it", "source", n.String())
+				case err == nil:
+					joined = true
+					log.Info("a table joined the publication: every table commits what it read, and the next round reads it in a snapshot of its own, then streams it too", "source", n.String())
+				}
+			}
+			stop := joined
+			joinedMu.Unlock()
+			if stop {
+				r.Stop()
+				return
+			}
+		}
+	}()
+	defer func() {
+		stopWatch()
+		<-watched
+	}()
 	var wg sync.WaitGroup
 	for i, s := range srcs {
 		if results[i].Err != nil {
@@ -255,6 +328,21 @@ func runRound(ctx context.Context, rc RunConfig, failed map[TableName]error, tru
 	r.Stop()
 	cancelStream()
 	serr := <-streamErr
+	stopWatch()
+	<-watched
+	if joined {
+		retry = true
+	}
+	for n := range recovered {
+		delete(failed, n)
+		delete(rc.Source.skip, n)
+		delete(refused, n)
+	}
+	for n, err := range refused {
+		failed[n] = err
+		ident, _ := rc.Table(n)
+		results = append(results, TableResult{Source: n, Ident: ident, Err: err})
+	}
 	for i, res := range results {
 		switch {
 		case errors.Is(res.Err, coordinator.ErrAborted):

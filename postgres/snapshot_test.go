@@ -133,3 +133,63 @@ func (f *pgFixture) snapshotProgress(ident table.Identifier) string {
 	}
 	return pos.Offsets[PropSnapshotPage]
 }
+
+// TestTableJoins: a table created in the published schema while a run
+// reads the database joins it: one that cannot be read (a text column
+// without REPLICA IDENTITY FULL, no key) is refused alone and the others
+// go on; once fixed it is read in a snapshot of its own and then follows
+// the stream (its rows written before and after); the one left unfixed is
+// named in the run's error.
+func TestTableJoins(t *testing.T) {
+	f := newFixture(t, 10)
+	f.create()
+	var logs logBuffer
+	cfg := f.config(slog.New(slog.NewTextHandler(&logs, nil)))
+	cfg.Source.RefreshInterval = 200 * time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, cfg)
+		done <- err
+	}()
+	for range 30 {
+		f.randomTxn()
+	}
+	f.waitCommitted(done, table.Identifier{"pg", "app_orders"}, table.Identifier{"pg", "app_items"})
+	// app.later joins unreadable (its text column needs REPLICA IDENTITY
+	// FULL), is fixed while the run goes on, and is read then.
+	f.exec(`CREATE TABLE app.later (id integer PRIMARY KEY, v text)`)
+	f.exec(`INSERT INTO app.later SELECT g, 'v' || g FROM generate_series(1, 500) g`)
+	f.exec(`CREATE TABLE app.nokey (v integer)`)
+	f.exec(`INSERT INTO app.nokey VALUES (1), (2)`)
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(logs.String(), `cannot be read; the other tables go on" source=app.later`); {
+		if time.Now().After(deadline) {
+			t.Fatalf("app.later was not refused\n%s", logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	f.exec(`ALTER TABLE app.later REPLICA IDENTITY FULL`)
+	for i := range 60 {
+		f.randomTxn()
+		f.exec(`UPDATE app.later SET v = v || '+' WHERE id % 60 = $1`, i)
+		f.exec(`DELETE FROM app.later WHERE id = $1`, 1+f.rng.IntN(500))
+		f.exec(`INSERT INTO app.later VALUES ($1, 'new') ON CONFLICT (id) DO UPDATE SET v = 'again'`, 400+f.rng.IntN(300))
+		time.Sleep(5 * time.Millisecond)
+	}
+	f.t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	})
+	f.waitCommitted(done, table.Identifier{"pg", "app_orders"}, table.Identifier{"pg", "app_items"}, table.Identifier{"pg", "app_later"})
+	cancel()
+	err := <-done
+	if err == nil || !strings.Contains(err.Error(), "app.nokey") {
+		t.Errorf("the run's error %v does not name the table without a key\n%s", err, logs.String())
+	}
+	if !strings.Contains(logs.String(), `can be now: the next round reads it" source=app.later`) {
+		t.Errorf("app.later was not read once fixed\n%s", logs.String())
+	}
+	f.check("after a table joined", TableName{"app", "orders"}, TableName{"app", "items"}, TableName{"app", "later"})
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -21,6 +22,7 @@ type pgFlags struct {
 	url, publication, slot, tables string
 	chunk                          string // --pg-snapshot-chunk
 	chunkBytes                     int64  // set by check
+	refresh                        time.Duration
 }
 
 func (f *pgFlags) register(fs *flag.FlagSet) {
@@ -28,6 +30,7 @@ func (f *pgFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.publication, "publication", "icesink", "with --postgres: the publication `NAME` whose tables are read (created for --pg-tables when missing)")
 	fs.StringVar(&f.slot, "slot", "icesink", "with --postgres: the logical replication slot `NAME` (pgoutput); created on the first run, with the snapshot the tables are first read in")
 	fs.StringVar(&f.chunk, "pg-snapshot-chunk", "64MiB", "with --postgres: how much of a table (`SIZE` of its heap) one query of its initial snapshot reads; a commit may come between two, and a run stopped or killed mid-snapshot goes on from the first chunk not committed")
+	fs.DurationVar(&f.refresh, "pg-publication-refresh", time.Minute, "with --postgres: look for tables that joined the publication every `DURATION` (a table created in a published schema, ALTER PUBLICATION ... ADD TABLE, a refused table fixed): every table commits what it read, and the new one is read in a snapshot of its own, then streamed; 0: only at start")
 	fs.StringVar(&f.tables, "pg-tables", "", "with --postgres: the tables `SCHEMA.T1,SCHEMA.T2,...` (SCHEMA.* for all tables of a schema) the publication is created for when it does not exist")
 }
 
@@ -36,7 +39,7 @@ func (f *pgFlags) enabled() bool { return f.url != "" }
 // check refuses what a PostgreSQL run cannot take.
 func (f *pgFlags) check(fs *flag.FlagSet, tf *tableFlags, sf *specFlags, inputGiven, kafkaGiven bool, coordinator string) error {
 	if !f.enabled() {
-		for _, name := range []string{"publication", "slot", "pg-tables", "pg-snapshot-chunk"} {
+		for _, name := range []string{"publication", "slot", "pg-tables", "pg-snapshot-chunk", "pg-publication-refresh"} {
 			if isSet(fs, name) {
 				return fmt.Errorf("%w: --%s needs --postgres", errUsage, name)
 			}
@@ -49,6 +52,9 @@ func (f *pgFlags) check(fs *flag.FlagSet, tf *tableFlags, sf *specFlags, inputGi
 	}
 	if _, ok := u.User.Password(); ok || u.Query().Get("password") != "" {
 		return fmt.Errorf("%w: --postgres: the URL holds a password, which the process list shows to every user: put it in PGPASSWORD or a password file (PGPASSFILE, ~/.pgpass) and drop it from the URL", errUsage)
+	}
+	if f.refresh < 0 {
+		return fmt.Errorf("%w: --pg-publication-refresh must not be negative", errUsage)
 	}
 	if f.chunkBytes, err = parseSize(f.chunk); err != nil || f.chunkBytes <= 0 {
 		return fmt.Errorf("%w: --pg-snapshot-chunk %q: want a size such as 64MiB", errUsage, f.chunk)
@@ -100,7 +106,7 @@ func runPostgres(ctx context.Context, f pgFlags, wh *warehouse.Warehouse, base s
 		tables = strings.Split(f.tables, ",")
 	}
 	res, err := postgres.Run(ctx, postgres.RunConfig{
-		Source: postgres.Config{URL: f.url, Publication: f.publication, Slot: f.slot, Tables: tables, Logger: base.Logger, SnapshotChunk: f.chunkBytes,
+		Source: postgres.Config{URL: f.url, Publication: f.publication, Slot: f.slot, Tables: tables, Logger: base.Logger, SnapshotChunk: f.chunkBytes, RefreshInterval: cmp.Or(f.refresh, -1),
 			// --tables: key: names the key of a table without a primary key.
 			Keys: func(n postgres.TableName) []string {
 				ident, err := pgTableName(template, db, n)

@@ -828,6 +828,7 @@ func (r *run) sink(frac float64, kill bool) {
 	}
 	if c.Input == "postgres" {
 		args = append(args, "--postgres", r.pgURL, "--pg-tables", "app.*", "--table-template", "sim.{table}", "--checkpoint-interval", "200ms")
+		args = append(args, "--pg-publication-refresh", "300ms") // no table joins: the watch must change nothing
 		if c.PgChunk != "" {
 			args = append(args, "--pg-snapshot-chunk", c.PgChunk)
 		}
