@@ -8,10 +8,12 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/apache/iceberg-go/table"
+	"github.com/jackc/pglogrepl"
 
 	"github.com/icesink/icesink/changelog"
 	"github.com/icesink/icesink/deltawriter"
@@ -136,5 +138,103 @@ func BenchmarkStream(b *testing.B) {
 		b.ReportMetric(float64(*benchChanges)/took.Seconds(), "changes/s")
 		b.ReportMetric(float64(*benchChanges)/jsonTook.Seconds(), "json-changes/s")
 		b.ReportMetric(jsonTook.Seconds()/took.Seconds(), "x-json")
+	}
+}
+
+var (
+	benchLagRate = flag.Int("pg.lag-rate", 2000, "changes/s BenchmarkLag sustains (transactions of 10 updates)")
+	benchLagFor  = flag.Duration("pg.lag-for", 15*time.Second, "how long BenchmarkLag sustains its load")
+)
+
+// BenchmarkLag: the time from a source transaction's commit to the
+// Iceberg commit holding it (p50, p99, max), and the WAL the slot keeps
+// (bytes between the server's position and the slot's confirmed one,
+// sampled every 50 ms), at a sustained load, a checkpoint every second.
+func BenchmarkLag(b *testing.B) {
+	for range b.N {
+		f := benchFixture(b, *benchRows)
+		f.runUntil(b, 64<<20) // the snapshot
+		ctx, cancel := context.WithCancel(context.Background())
+		cfg := f.config(slog.New(slog.DiscardHandler))
+		cfg.Sink.Writer.MemoryLimit = 64 << 20
+		cfg.Sink.BarrierInterval = time.Second
+		done := make(chan error, 1)
+		go func() {
+			_, err := Run(ctx, cfg)
+			done <- err
+		}()
+		type txn struct {
+			at  time.Time
+			lsn pglogrepl.LSN
+		}
+		sent := make(chan txn, 1<<16)
+		loadDone := make(chan struct{})
+		go func() {
+			defer close(loadDone)
+			defer close(sent)
+			tick := time.NewTicker(time.Second / time.Duration(max(*benchLagRate/10, 1)))
+			defer tick.Stop()
+			for end := time.Now().Add(*benchLagFor); time.Now().Before(end); <-tick.C {
+				f.exec(fmt.Sprintf(`UPDATE app.bench SET v = v + 1 WHERE id IN (SELECT (random() * %d)::bigint + 1 FROM generate_series(1, 10))`, *benchRows-1))
+				sent <- txn{time.Now(), f.lsn()}
+			}
+		}()
+		ident := table.Identifier{"pg", "app_bench"}
+		poll, err := connect(context.Background(), f.url) // f.conn is the load's
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer poll.Close(context.Background())
+		var lags []time.Duration
+		var retained []float64
+		var pending []txn
+		for open := true; open || len(pending) > 0; {
+			time.Sleep(50 * time.Millisecond)
+		drain:
+			for {
+				select {
+				case t, ok := <-sent:
+					if !ok {
+						open = false
+						break drain
+					}
+					pending = append(pending, t)
+				default:
+					break drain
+				}
+			}
+			committed := f.committedLSN(ident)
+			now := time.Now()
+			for len(pending) > 0 && pending[0].lsn <= committed {
+				lags = append(lags, now.Sub(pending[0].at))
+				pending = pending[1:]
+			}
+			if open {
+				var kept int64
+				if err := poll.QueryRow(context.Background(), `SELECT (pg_current_wal_lsn() - confirmed_flush_lsn)::bigint FROM pg_replication_slots WHERE slot_name = 'icesink'`).Scan(&kept); err != nil {
+					b.Fatal(err)
+				}
+				retained = append(retained, float64(kept))
+			}
+			select {
+			case err := <-done:
+				b.Fatalf("the replication ended: %v", err)
+			default:
+			}
+		}
+		<-loadDone
+		cancel()
+		if err := <-done; err != nil {
+			b.Fatal(err)
+		}
+		slices.Sort(lags)
+		slices.Sort(retained)
+		at := func(q float64) float64 { return lags[int(q*float64(len(lags)-1))].Seconds() }
+		b.ReportMetric(float64(len(lags))*10/benchLagFor.Seconds(), "changes/s")
+		b.ReportMetric(at(0.5), "lag-p50-s")
+		b.ReportMetric(at(0.99), "lag-p99-s")
+		b.ReportMetric(lags[len(lags)-1].Seconds(), "lag-max-s")
+		b.ReportMetric(retained[len(retained)/2]/1024, "wal-kept-p50-KiB")
+		b.ReportMetric(retained[len(retained)-1]/1024, "wal-kept-max-KiB")
 	}
 }

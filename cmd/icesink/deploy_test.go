@@ -130,3 +130,43 @@ func TestGrafanaDashboard(t *testing.T) {
 		t.Fatal("the dashboard queries no icesink metric")
 	}
 }
+
+// TestTroubleshootingCoversLogs: every warning and error the code logs
+// (slog's Warn and Error with a constant message) is explained in
+// docs/troubleshooting.md: a new one fails here until it is.
+func TestTroubleshootingCoversLogs(t *testing.T) {
+	page, err := os.ReadFile("../../docs/troubleshooting.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	logRE := regexp.MustCompile(`\.(?:Warn|Error)\("([^"]+)"`)
+	found := 0
+	err = filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "../.." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range logRE.FindAllStringSubmatch(string(b), -1) {
+			found++
+			if !strings.Contains(string(page), m[1]) {
+				t.Errorf("%s logs %q, which docs/troubleshooting.md does not explain", path, m[1])
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if found < 10 {
+		t.Fatalf("found %d logged warnings and errors, want the code's all (10+)", found)
+	}
+}
