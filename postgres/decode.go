@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/jackc/pglogrepl"
@@ -57,8 +58,13 @@ func (t *sourceTable) insert(m *pglogrepl.InsertMessage) ([]*change, error) {
 func (t *sourceTable) update(m *pglogrepl.UpdateMessage) ([]*change, error) {
 	var old []any
 	if m.OldTuple != nil {
+		// Of the old row only what is used: the key, and the large values
+		// the new row leaves unchanged.
+		unchanged := func(i int) bool {
+			return m.NewTuple != nil && i < len(m.NewTuple.Columns) && m.NewTuple.Columns[i].DataType == pglogrepl.TupleDataTypeToast
+		}
 		var err error
-		if old, err = t.keyOrRow(m.OldTuple); err != nil {
+		if old, err = t.keyOrRow(m.OldTuple, unchanged); err != nil {
 			return nil, err
 		}
 	}
@@ -70,24 +76,23 @@ func (t *sourceTable) update(m *pglogrepl.UpdateMessage) ([]*change, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*change, 0, 2)
-	if old != nil && !t.sameKey(old, row) {
-		out = append(out, &change{Op: deltawriter.Delete, Row: t.keyOnly(old)})
+	if old != nil && !t.sameKey(m.OldTuple, m.NewTuple) {
+		return []*change{{Op: deltawriter.Delete, Row: t.keyOnly(old)}, {Op: deltawriter.UpdateAfter, Row: row}}, nil
 	}
-	return append(out, &change{Op: deltawriter.UpdateAfter, Row: row}), nil
+	return []*change{{Op: deltawriter.UpdateAfter, Row: row}}, nil
 }
 
 func (t *sourceTable) delete(m *pglogrepl.DeleteMessage) ([]*change, error) {
-	old, err := t.keyOrRow(m.OldTuple)
+	old, err := t.keyOrRow(m.OldTuple, nil)
 	if err != nil {
 		return nil, err
 	}
 	return []*change{{Op: deltawriter.Delete, Row: t.keyOnly(old)}}, nil
 }
 
-// keyOrRow decodes an old tuple: the key's columns (the others null), or
-// the whole old row (replica identity FULL).
-func (t *sourceTable) keyOrRow(tup *pglogrepl.TupleData) ([]any, error) {
+// keyOrRow decodes an old tuple's key columns and those need asks for
+// (nil: none); the others are null.
+func (t *sourceTable) keyOrRow(tup *pglogrepl.TupleData, need func(int) bool) ([]any, error) {
 	if tup == nil {
 		return nil, fmt.Errorf("a delete without its old key")
 	}
@@ -96,7 +101,7 @@ func (t *sourceTable) keyOrRow(tup *pglogrepl.TupleData) ([]any, error) {
 		return nil, fmt.Errorf("an old row of %d columns, the table has %d", len(tup.Columns), len(t.cols))
 	}
 	for i, col := range tup.Columns {
-		if col.DataType != pglogrepl.TupleDataTypeText {
+		if col.DataType != pglogrepl.TupleDataTypeText || !t.cols[i].key && (need == nil || !need(i)) {
 			continue
 		}
 		v, err := t.cols[i].decode(string(col.Data))
@@ -113,10 +118,15 @@ func (t *sourceTable) keyOrRow(tup *pglogrepl.TupleData) ([]any, error) {
 	return row, nil
 }
 
-// sameKey reports whether rows a and b have the same key.
-func (t *sourceTable) sameKey(a, b []any) bool {
+// sameKey reports whether an update's old and new tuples have the same
+// key: the same text form of each key column (a value the new tuple
+// leaves unchanged is the same).
+func (t *sourceTable) sameKey(old, new *pglogrepl.TupleData) bool {
 	for i, c := range t.cols {
-		if c.key && fmt.Sprint(a[i]) != fmt.Sprint(b[i]) {
+		if !c.key || new.Columns[i].DataType == pglogrepl.TupleDataTypeToast {
+			continue
+		}
+		if old.Columns[i].DataType != new.Columns[i].DataType || !bytes.Equal(old.Columns[i].Data, new.Columns[i].Data) {
 			return false
 		}
 	}

@@ -289,6 +289,13 @@ func (r *Replication) Run(ctx context.Context) (err error) {
 	}
 	st := &streamState{r: r, truncates: map[*Source]int{}}
 	next := time.Now()
+	// One deadline context per status interval, not per message.
+	var (
+		rctx    context.Context
+		rnext   time.Time
+		rcancel = func() {}
+	)
+	defer func() { rcancel() }()
 	for {
 		if time.Now().After(next) {
 			if err := r.sendStatus(ctx); err != nil {
@@ -307,9 +314,13 @@ func (r *Replication) Run(ctx context.Context) (err error) {
 			}
 		default:
 		}
-		rctx, cancel := context.WithDeadline(ctx, next)
+		if rctx == nil || !rnext.Equal(next) || rctx.Err() != nil {
+			rcancel()
+			var c context.CancelFunc
+			rctx, c = context.WithDeadline(ctx, next)
+			rcancel, rnext = c, next
+		}
 		msg, err := r.repl.ReceiveMessage(rctx)
-		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
