@@ -169,6 +169,7 @@ func BenchmarkLag(b *testing.B) {
 		cfg := f.config(slog.New(slog.DiscardHandler))
 		cfg.Sink.Writer.MemoryLimit = 64 << 20
 		cfg.Sink.BarrierInterval = time.Second
+		cfg.Source.StatusInterval = 0 // the default: a status follows each commit
 		done := make(chan error, 1)
 		go func() {
 			_, err := Run(ctx, cfg)

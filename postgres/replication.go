@@ -72,6 +72,10 @@ type Replication struct {
 	byName  map[TableName]*Source
 	byRel   map[uint32]*Source // relation id -> table (nil: not ours)
 	created bool               // the slot was created by this run
+	// commitSeen is set when a table commits (the slot's position may
+	// move), and commitWake poked: the stream sends its status.
+	commitSeen atomic.Bool
+	commitWake chan struct{}
 	// refused are the published tables Open left out (Config.goOn).
 	refused map[TableName]error
 	// slotFlushed is the position the slot had confirmed at the start.
@@ -116,7 +120,7 @@ func Open(ctx context.Context, cfg Config) (*Replication, error) {
 		cfg.Logger = slog.Default()
 	}
 	r := &Replication{cfg: cfg, log: cfg.Logger, byName: map[TableName]*Source{}, byRel: map[uint32]*Source{},
-		sought: make(chan struct{}), stopped: make(chan struct{}), ended: make(chan struct{})}
+		sought: make(chan struct{}), stopped: make(chan struct{}), ended: make(chan struct{}), commitWake: make(chan struct{}, 1)}
 	ok := false
 	defer func() {
 		if !ok {
@@ -224,6 +228,9 @@ func (r *Replication) joined(ctx context.Context) (map[TableName]error, error) {
 	return out, nil
 }
 
+// errWake cancels a receive of the stream to send a status after a commit.
+var errWake = errors.New("a table committed")
+
 // Close closes the connections.
 func (r *Replication) Close() error {
 	r.Stop()
@@ -296,12 +303,21 @@ func (r *Replication) Run(ctx context.Context) (err error) {
 		rcancel = func() {}
 	)
 	defer func() { rcancel() }()
+	var sent time.Time
 	for {
-		if time.Now().After(next) {
+		switch {
+		case time.Now().After(next):
 			if err := r.sendStatus(ctx); err != nil {
 				return err
 			}
-			next = time.Now().Add(r.cfg.StatusInterval)
+			sent, next = time.Now(), time.Now().Add(r.cfg.StatusInterval)
+		case r.commitSeen.Swap(false):
+			// A table committed: the slot may let its WAL go now, not at
+			// the next interval.
+			if err := r.sendStatus(ctx); err != nil {
+				return err
+			}
+			sent = time.Now()
 		}
 		select {
 		case <-r.stopped:
@@ -316,16 +332,32 @@ func (r *Replication) Run(ctx context.Context) (err error) {
 		}
 		if rctx == nil || !rnext.Equal(next) || rctx.Err() != nil {
 			rcancel()
-			var c context.CancelFunc
-			rctx, c = context.WithDeadline(ctx, next)
-			rcancel, rnext = c, next
+			dctx, cancelDeadline := context.WithDeadline(ctx, next)
+			cctx, cancelWake := context.WithCancelCause(dctx)
+			// A commit wakes the receive (a quiet stream sends nothing
+			// until the server's keepalive), a tenth of a second later so
+			// that the tables committing one epoch are told in one status.
+			go func(since time.Time) {
+				select {
+				case <-r.commitWake:
+				case <-cctx.Done():
+					return
+				}
+				select {
+				case <-time.After(max(100*time.Millisecond-time.Since(since), 0)):
+					cancelWake(errWake)
+				case <-cctx.Done():
+				}
+			}(sent)
+			rctx, rnext = cctx, next
+			rcancel = func() { cancelWake(nil); cancelDeadline() }
 		}
 		msg, err := r.repl.ReceiveMessage(rctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if pgconn.Timeout(err) {
+			if pgconn.Timeout(err) || errors.Is(context.Cause(rctx), errWake) {
 				continue
 			}
 			return fmt.Errorf("reading the replication stream: %w", err)

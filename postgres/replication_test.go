@@ -45,7 +45,13 @@ type pgFixture struct {
 func newFixture(t testing.TB, seed uint64) *pgFixture {
 	t.Helper()
 	// Keepalives every second, so that idle tables move on promptly.
-	srv := pgtest.StartServer(t, "wal_sender_timeout=2s")
+	return newFixtureWith(t, seed, "wal_sender_timeout=2s")
+}
+
+// newFixtureWith is newFixture on a server with settings.
+func newFixtureWith(t testing.TB, seed uint64, settings ...string) *pgFixture {
+	t.Helper()
+	srv := pgtest.StartServer(t, settings...)
 	url := srv.URL
 	ctx := context.Background()
 	conn, err := connect(ctx, url)

@@ -193,3 +193,41 @@ func TestTableJoins(t *testing.T) {
 	}
 	f.check("after a table joined", TableName{"app", "orders"}, TableName{"app", "items"}, TableName{"app", "later"})
 }
+
+// TestSlotFollowsCommits: the slot confirms what the tables hold soon
+// after they commit it, not at the next status interval (an hour here)
+// nor when the server asks (wal_sender_timeout, a minute here):
+// PostgreSQL frees the WAL once it is in Iceberg.
+func TestSlotFollowsCommits(t *testing.T) {
+	f := newFixtureWith(t, 11, "wal_sender_timeout=60s")
+	f.create()
+	cfg := f.config(slog.New(slog.DiscardHandler))
+	cfg.Source.StatusInterval = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, cfg)
+		done <- err
+	}()
+	for range 30 {
+		f.randomTxn()
+	}
+	orders, items := table.Identifier{"pg", "app_orders"}, table.Identifier{"pg", "app_items"}
+	f.waitCommitted(done, orders, items) // past the snapshot
+	for range 30 {
+		f.randomTxn()
+	}
+	f.waitCommitted(done, orders, items) // streamed
+	held := min(f.committedLSN(orders), f.committedLSN(items))
+	for deadline := time.Now().Add(10 * time.Second); f.slotLSN() < held; {
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot confirms %s 10 s after the tables held %s", f.slotLSN(), held)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
