@@ -250,3 +250,60 @@ func BenchmarkLag(b *testing.B) {
 		b.ReportMetric(retained[len(retained)-1]/1024, "wal-kept-max-KiB")
 	}
 }
+
+// BenchmarkStreamRead: the stream's changes read through the tables'
+// Sources with no sink behind them: what the replication alone delivers
+// (the ceiling of BenchmarkStream's changes/s).
+func BenchmarkStreamRead(b *testing.B) {
+	for range b.N {
+		f := benchFixture(b, *benchRows)
+		f.runUntil(b, 64<<20) // the snapshot
+		for i := 0; i < *benchChanges; i += 100 {
+			f.exec(fmt.Sprintf(`UPDATE app.bench SET v = v + 1, name = 'u-' || id WHERE id IN (SELECT (random() * %d)::bigint + 1 FROM generate_series(1, 100))`, *benchRows-1))
+		}
+		target := f.lsn()
+		ctx := context.Background()
+		cfg := f.config(slog.New(slog.DiscardHandler)).Source
+		r, err := Open(ctx, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		pos, err := sink.Resume(ctx, sink.Config{Loader: f.wh.Catalog, Ident: table.Identifier{"pg", "app_bench"}, SinkID: "pg"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		s := r.Tables()[0]
+		tbl, err := f.wh.Catalog.LoadTable(ctx, table.Identifier{"pg", "app_bench"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := s.SetSchema(tbl.Schema()); err != nil {
+			b.Fatal(err)
+		}
+		if err := s.Seek(ctx, pos.Offsets, 0); err != nil {
+			b.Fatal(err)
+		}
+		began := time.Now()
+		go r.Run(ctx)
+		// Barriers make Next return at transaction boundaries once the
+		// changes are read (marks move the position on without a record).
+		tick := time.NewTicker(50 * time.Millisecond)
+		go func() {
+			for range tick.C {
+				s.RequestBarrier()
+			}
+		}()
+		n := 0
+		for s.pos < target {
+			rec, err := s.Next()
+			if err != nil {
+				b.Fatal(err)
+			}
+			n += len(rec.Changes)
+		}
+		took := time.Since(began)
+		tick.Stop()
+		r.Close()
+		b.ReportMetric(float64(n)/took.Seconds(), "changes/s")
+	}
+}
