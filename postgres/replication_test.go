@@ -463,14 +463,9 @@ func TestSchemaChanges(t *testing.T) {
 		}
 	}
 	ins(50, ", paid, qty", func(i int) string { return fmt.Sprintf(", %v, %d", i%2 == 0, i) })
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	done := make(chan error, 1)
-	go func() {
-		_, err := Run(ctx, f.config(logger))
-		done <- err
-	}()
+	done, cancel := runBackground(f.config(logger))
+	defer cancel()
 	f.waitCommitted(done, table.Identifier{"pg", "app_orders"}, table.Identifier{"pg", "app_items"}) // the snapshot is read
 	f.exec(`ALTER TABLE app.orders ADD COLUMN region text`)
 	ins(50, ", paid, qty, region", func(i int) string { return fmt.Sprintf(", true, %d, 'r%d'", i, i%3) })
@@ -487,13 +482,8 @@ func TestSchemaChanges(t *testing.T) {
 	// A change while no run reads: the next run's start follows it.
 	f.exec(`ALTER TABLE app.orders ADD COLUMN note text`)
 	ins(30, ", note", func(i int) string { return fmt.Sprintf(", 'n%d'", i) })
-	ctx, cancel = context.WithCancel(context.Background())
+	done, cancel = runBackground(f.config(logger))
 	defer cancel()
-	done = make(chan error, 1)
-	go func() {
-		_, err := Run(ctx, f.config(logger))
-		done <- err
-	}()
 	// A type Iceberg cannot change to: items stops, orders goes on.
 	f.exec(`ALTER TABLE app.items ALTER COLUMN sku TYPE integer USING length(sku)`)
 	f.exec(`INSERT INTO app.items VALUES (1000, 5)`)
@@ -564,13 +554,8 @@ func TestTableWithoutKey(t *testing.T) {
 		t.Fatalf("a key given for a table whose replica identity is not FULL: %v", err)
 	}
 	f.exec(`ALTER TABLE app.orders REPLICA IDENTITY FULL`)
-	ctx, cancel := context.WithCancel(context.Background())
+	done, cancel := runBackground(cfg)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := Run(ctx, cfg)
-		done <- err
-	}()
 	f.exec(`UPDATE app.orders SET qty = 11 WHERE id = 1`)
 	f.exec(`DELETE FROM app.orders WHERE id = 2`)
 	f.waitCommitted(done, table.Identifier{"pg", "app_orders"})
@@ -588,13 +573,8 @@ func TestTableWithoutKey(t *testing.T) {
 func TestServerRestart(t *testing.T) {
 	f := newFixture(t, 5)
 	f.create()
-	ctx, cancel := context.WithCancel(context.Background())
+	done, cancel := runBackground(f.config(slog.New(slog.DiscardHandler)))
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := Run(ctx, f.config(slog.New(slog.DiscardHandler)))
-		done <- err
-	}()
 	for range 100 {
 		f.randomTxn()
 	}
@@ -627,13 +607,8 @@ func TestServerRestart(t *testing.T) {
 func TestTruncate(t *testing.T) {
 	f := newFixture(t, 6)
 	f.create()
-	ctx, cancel := context.WithCancel(context.Background())
+	done, cancel := runBackground(f.config(slog.New(slog.DiscardHandler)))
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := Run(ctx, f.config(slog.New(slog.DiscardHandler)))
-		done <- err
-	}()
 	for range 50 {
 		f.randomTxn()
 	}
@@ -671,13 +646,8 @@ func TestTruncate(t *testing.T) {
 	for range 30 {
 		f.randomTxn()
 	}
-	ctx, cancel = context.WithCancel(context.Background())
+	done, cancel = runBackground(f.config(slog.New(slog.DiscardHandler)))
 	defer cancel()
-	done = make(chan error, 1)
-	go func() {
-		_, err := Run(ctx, f.config(slog.New(slog.DiscardHandler)))
-		done <- err
-	}()
 	f.waitCommitted(done, table.Identifier{"pg", "app_orders"}, table.Identifier{"pg", "app_items"})
 	cancel()
 	if err := <-done; err != nil {

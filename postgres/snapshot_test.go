@@ -53,12 +53,7 @@ func TestSnapshotResume(t *testing.T) {
 			cfg.Source.SnapshotChunk = 8192
 			cfg.Sink.BarrierInterval = 20 * time.Millisecond
 			orders := table.Identifier{"pg", "app_orders"}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() {
-				_, err := Run(ctx, cfg)
-				done <- err
-			}()
+			done, cancel := runBackground(cfg)
 			// Stop once a commit holds part of the snapshot.
 			deadline := time.Now().Add(60 * time.Second)
 			for f.snapshotProgress(orders) == "" {
@@ -91,13 +86,8 @@ func TestSnapshotResume(t *testing.T) {
 			if rewrite {
 				f.exec(`VACUUM FULL app.orders`)
 			}
-			ctx, cancel = context.WithCancel(context.Background())
+			done, cancel = runBackground(cfg)
 			defer cancel()
-			done = make(chan error, 1)
-			go func() {
-				_, err := Run(ctx, cfg)
-				done <- err
-			}()
 			for range 40 {
 				f.randomTxn()
 			}
@@ -146,13 +136,8 @@ func TestTableJoins(t *testing.T) {
 	var logs logBuffer
 	cfg := f.config(slog.New(slog.NewTextHandler(&logs, nil)))
 	cfg.Source.RefreshInterval = 200 * time.Millisecond
-	ctx, cancel := context.WithCancel(context.Background())
+	done, cancel := runBackground(cfg)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := Run(ctx, cfg)
-		done <- err
-	}()
 	for range 30 {
 		f.randomTxn()
 	}
@@ -203,13 +188,8 @@ func TestSlotFollowsCommits(t *testing.T) {
 	f.create()
 	cfg := f.config(slog.New(slog.DiscardHandler))
 	cfg.Source.StatusInterval = time.Hour
-	ctx, cancel := context.WithCancel(context.Background())
+	done, cancel := runBackground(cfg)
 	defer cancel()
-	done := make(chan error, 1)
-	go func() {
-		_, err := Run(ctx, cfg)
-		done <- err
-	}()
 	for range 30 {
 		f.randomTxn()
 	}
@@ -230,4 +210,15 @@ func TestSlotFollowsCommits(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// runBackground runs Run(cfg) until cancel; done receives its error.
+func runBackground(cfg RunConfig) (done <-chan error, cancel context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	ch := make(chan error, 1)
+	go func() {
+		_, err := Run(ctx, cfg)
+		ch <- err
+	}()
+	return ch, cancel
 }
