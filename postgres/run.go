@@ -206,15 +206,11 @@ func runRound(ctx context.Context, rc RunConfig, failed map[TableName]error, tru
 	}
 	base := rc.Sink
 	if total := base.Writer.MemoryLimit; total > 0 {
-		writers := len(srcs) * max(base.Writers, 1)
-		if per := total / int64(writers); per < deltawriter.MinMemoryLimit {
-			return nil, false, fmt.Errorf("a memory limit of %d bytes split over %d tables x %d writers leaves %d bytes a writer, less than the %d a writer needs", total, len(srcs), max(base.Writers, 1), per, deltawriter.MinMemoryLimit)
-		}
-		budget := sink.NewBudget(total, writers)
 		bctx, stopBudget := context.WithCancel(ctx)
 		defer stopBudget()
-		go budget.Run(bctx, time.Second)
-		base.Budget = budget
+		if base.Budget, err = sink.DatabaseBudget(bctx, total, len(srcs), base.Writers); err != nil {
+			return nil, false, err
+		}
 	}
 	db, err := sink.StartDatabase(context.WithoutCancel(ctx), base, len(srcs), known)
 	if err != nil {

@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -60,6 +61,39 @@ func (b *Budget) Shares() []Share {
 		out[i] = Share{Limit: s.limit.Load(), Applied: s.applied.Load()}
 	}
 	return out
+}
+
+// DatabaseBudget is the budget of a database run's process: total bytes
+// over tables x writers writers (each table's), rebalanced every second
+// until ctx ends. It refuses a total that leaves a writer less than
+// deltawriter.MinMemoryLimit (a *BudgetError).
+func DatabaseBudget(ctx context.Context, total int64, tables, writers int) (*Budget, error) {
+	n := tables * max(writers, 1)
+	if per := total / int64(max(n, 1)); per < deltawriter.MinMemoryLimit {
+		return nil, &BudgetError{Total: total, Tables: tables, Writers: max(writers, 1), PerWriter: per}
+	}
+	b := NewBudget(total, n)
+	go b.Run(ctx, time.Second)
+	return b, nil
+}
+
+// BudgetError is a database run's memory budget too small for its
+// writers.
+type BudgetError struct {
+	Total     int64 // the process's budget
+	Tables    int
+	Writers   int   // each table's
+	PerWriter int64 // what a writer would get
+}
+
+// Need is the least budget the run's writers need.
+func (e *BudgetError) Need() int64 {
+	return deltawriter.MinMemoryLimit * int64(e.Tables*e.Writers)
+}
+
+func (e *BudgetError) Error() string {
+	return fmt.Sprintf("a memory limit of %d bytes split over %d tables x %d writers leaves %d bytes a writer, less than the %d a writer needs (%d bytes in all)",
+		e.Total, e.Tables, e.Writers, e.PerWriter, deltawriter.MinMemoryLimit, e.Need())
 }
 
 // Run rebalances the shares every interval until ctx ends.

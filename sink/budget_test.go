@@ -3,6 +3,7 @@ package sink_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"testing"
 	"time"
@@ -132,5 +133,22 @@ func TestBudgetFollowsTraffic(t *testing.T) {
 	}
 	if got := budget.Shares(); len(got) != 0 {
 		t.Errorf("shares %+v left after both runs ended", got)
+	}
+}
+
+// TestDatabaseBudget: a database's budget is refused when it leaves a
+// writer less than it needs, saying how much the writers need.
+func TestDatabaseBudget(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	least := int64(deltawriter.MinMemoryLimit)
+	_, err := sink.DatabaseBudget(ctx, 6*least-1, 3, 2)
+	be, ok := errors.AsType[*sink.BudgetError](err)
+	if !ok || be.Need() != 6*least || be.Tables != 3 || be.Writers != 2 {
+		t.Fatalf("6 writers at 6 x %d - 1 bytes: %v", least, err)
+	}
+	b, err := sink.DatabaseBudget(ctx, 6*least, 3, 2)
+	if err != nil || b == nil {
+		t.Fatalf("6 writers at 6 x %d bytes: %v", least, err)
 	}
 }

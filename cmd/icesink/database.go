@@ -399,15 +399,12 @@ func (d *database) round(ctx context.Context, topics, listed []string, regex str
 	var budget *sink.Budget
 	if total := d.base.Writer.MemoryLimit; total > 0 {
 		// One budget for every table's writers, shared by traffic.
-		writers := len(topics) * max(d.base.Writers, 1)
-		if per := total / int64(writers); per < deltawriter.MinMemoryLimit {
-			return nil, nil, fmt.Errorf("%w: --memory-limit %s is the process's budget in a database run: split over %d tables x %d writers it leaves %s a writer, less than the %s a writer needs; give --memory-limit %s or more, or fewer --writers",
-				errUsage, humanize.IBytes(uint64(total)), len(topics), max(d.base.Writers, 1), humanize.IBytes(uint64(per)), humanize.IBytes(deltawriter.MinMemoryLimit), humanize.IBytes(uint64(deltawriter.MinMemoryLimit*int64(writers))))
-		}
-		budget = sink.NewBudget(total, writers)
 		bctx, stopBudget := context.WithCancel(ctx)
 		defer stopBudget()
-		go budget.Run(bctx, time.Second)
+		var err error
+		if budget, err = sink.DatabaseBudget(bctx, total, len(topics), d.base.Writers); err != nil {
+			return nil, nil, budgetUsage(err)
+		}
 	}
 	stop := make(chan struct{})
 	watched := make(chan struct{})
@@ -535,6 +532,17 @@ func (d *database) claim(table, topic string) error {
 	}
 	d.claims[table] = topic
 	return nil
+}
+
+// budgetUsage words a database budget too small (sink.BudgetError) as
+// the flags to change.
+func budgetUsage(err error) error {
+	be, ok := errors.AsType[*sink.BudgetError](err)
+	if !ok {
+		return err
+	}
+	return fmt.Errorf("%w: --memory-limit %s is the process's budget in a database run: split over %d tables x %d writers it leaves %s a writer, less than the %s a writer needs; give --memory-limit %s or more, or fewer --writers",
+		errUsage, humanize.IBytes(uint64(be.Total)), be.Tables, be.Writers, humanize.IBytes(uint64(be.PerWriter)), humanize.IBytes(deltawriter.MinMemoryLimit), humanize.IBytes(uint64(be.Need())))
 }
 
 // tableFetchBytes is what each of tables' Kafka clients reads ahead in

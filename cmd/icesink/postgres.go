@@ -130,5 +130,5 @@ func runPostgres(ctx context.Context, f pgFlags, wh *warehouse.Warehouse, base s
 			}
 		}
 	}
-	return err
+	return budgetUsage(err)
 }
