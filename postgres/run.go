@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"math"
 	"net"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,7 +18,6 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/coordinator"
@@ -290,18 +288,9 @@ func runRound(ctx context.Context, rc RunConfig, failed map[TableName]error, tru
 			continue // held
 		}
 		wg.Go(func() {
-			cfg := base
-			cfg.Ident, cfg.Database, cfg.StateDir = results[i].Ident, db, ""
+			cfg := base.ForTable(results[i].Ident)
+			cfg.Database, cfg.StateDir = db, ""
 			cfg.CheckpointRows = math.MaxInt64 // the database's barriers end the epochs
-			if cfg.Logger != nil {
-				cfg.Logger = cfg.Logger.With("table", strings.Join(cfg.Ident, "."))
-			}
-			if cfg.Registerer != nil {
-				cfg.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"table": strings.Join(cfg.Ident, ".")}, cfg.Registerer)
-			}
-			if dir := cfg.KeyIndexBase(); dir != "" {
-				cfg.KeyIndexDir = filepath.Join(dir, "t-"+strings.Join(cfg.Ident, "."))
-			}
 			res, err := sink.Run(context.WithoutCancel(ctx), cfg, s)
 			s.markSought() // a run that failed before its seek does not hold the stream
 			if errors.As(err, new(*TruncatedError)) {

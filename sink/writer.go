@@ -7,11 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/RoaringBitmap/roaring/v2"
 	"github.com/apache/iceberg-go/table"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/icesink/icesink/commit"
 	"github.com/icesink/icesink/coordinator"
@@ -284,6 +286,25 @@ func keyIndexDir(cfg Config, tbl *table.Table, vnodes *roaring.Bitmap) string {
 	fmt.Fprintf(h, "%s\x00%s\x00%d\x00", cfg.SinkID, tbl.Metadata().TableUUID(), cfg.Vnodes)
 	vnodes.WriteTo(h)
 	return filepath.Join(base, fmt.Sprintf("%s%x", deltawriter.KeyIndexFolderPrefix, h.Sum(nil)[:12]))
+}
+
+// ForTable is cfg for table ident of a database run: its logs and metrics
+// labelled with the table, and its key indexes in a folder of its own
+// (t-NS.NAME under KeyIndexBase), so that closing one table's sink
+// sweeps its own stale key indexes, not every table's.
+func (cfg Config) ForTable(ident table.Identifier) Config {
+	name := strings.Join(ident, ".")
+	cfg.Ident = ident
+	if cfg.Logger != nil {
+		cfg.Logger = cfg.Logger.With("table", name)
+	}
+	if cfg.Registerer != nil {
+		cfg.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"table": name}, cfg.Registerer)
+	}
+	if base := cfg.KeyIndexBase(); base != "" {
+		cfg.KeyIndexDir = filepath.Join(base, "t-"+name)
+	}
+	return cfg
 }
 
 // KeyIndexBase returns the folder the writers keep their key index folders

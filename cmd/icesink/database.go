@@ -17,7 +17,6 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 	"github.com/dustin/go-humanize"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/icesink/icesink/changelog"
 	"github.com/icesink/icesink/coordinator"
@@ -204,18 +203,6 @@ func templatePattern(template string) (*regexp.Regexp, error) {
 		quoted = strings.ReplaceAll(quoted, regexp.QuoteMeta(p), `[^.]+`)
 	}
 	return regexp.Compile("^" + quoted + "$")
-}
-
-// forTable is base for the table ident of a database: its logs and
-// metrics labelled with the table.
-func forTable(base sink.Config, ident table.Identifier) sink.Config {
-	name := strings.Join(ident, ".")
-	base.Ident = ident
-	base.Logger = base.Logger.With("table", name)
-	if base.Registerer != nil {
-		base.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"table": name}, base.Registerer)
-	}
-	return base
 }
 
 // databaseStateDir is the folder of the checkpoints of the coordinator of
@@ -626,13 +613,8 @@ func (d *database) runTable(ctx context.Context, topic string, budget *sink.Budg
 		return r
 	}
 	kf.schema, kf.spec, kf.evolve = tbl.Schema(), tbl.Spec(), d.evolve
-	cfg := forTable(d.base, r.ident)
+	cfg := d.base.ForTable(r.ident)
 	cfg.Budget = budget
-	if base := cfg.KeyIndexBase(); base != "" {
-		// A folder of each table's own: closing a sink sweeps its
-		// folder's stale key indexes, not every table's.
-		cfg.KeyIndexDir = filepath.Join(base, "t-"+name)
-	}
 	if cfg.Progress != nil {
 		cfg.Progress = commitLog(cfg.Logger)
 	}
