@@ -72,9 +72,8 @@ type Replication struct {
 	byName  map[TableName]*Source
 	byRel   map[uint32]*Source // relation id -> table (nil: not ours)
 	created bool               // the slot was created by this run
-	// commitSeen is set when a table commits (the slot's position may
-	// move), and commitWake poked: the stream sends its status.
-	commitSeen atomic.Bool
+	// commitWake is poked when a table commits (the slot's position may
+	// move): the stream sends its status.
 	commitWake chan struct{}
 	// refused are the published tables Open left out (Config.goOn).
 	refused map[TableName]error
@@ -140,11 +139,7 @@ func Open(ctx context.Context, cfg Config) (*Replication, error) {
 	}
 	names = slices.DeleteFunc(names, func(n TableName) bool { return cfg.skip[n] })
 	for _, n := range names {
-		var key []string
-		if cfg.Keys != nil {
-			key = cfg.Keys(n)
-		}
-		t, err := describe(ctx, r.conn, n, key)
+		t, err := r.describe(ctx, n)
 		if err != nil && cfg.goOn {
 			if r.refused == nil {
 				r.refused = map[TableName]error{}
@@ -218,14 +213,19 @@ func (r *Replication) joined(ctx context.Context) (map[TableName]error, error) {
 		if _, ok := r.byName[n]; ok {
 			continue
 		}
-		var key []string
-		if r.cfg.Keys != nil {
-			key = r.cfg.Keys(n)
-		}
-		_, err := describe(ctx, r.conn, n, key)
-		out[n] = err
+		_, out[n] = r.describe(ctx, n)
 	}
 	return out, nil
+}
+
+// describe reads n's columns, key (Config.Keys, else its primary key)
+// and replica identity, or says why the table cannot be read.
+func (r *Replication) describe(ctx context.Context, n TableName) (*sourceTable, error) {
+	var key []string
+	if r.cfg.Keys != nil {
+		key = r.cfg.Keys(n)
+	}
+	return describe(ctx, r.conn, n, key)
 }
 
 // errWake cancels a receive of the stream to send a status after a commit.
@@ -305,19 +305,11 @@ func (r *Replication) Run(ctx context.Context) (err error) {
 	defer func() { rcancel() }()
 	var sent time.Time
 	for {
-		switch {
-		case time.Now().After(next):
+		if time.Now().After(next) {
 			if err := r.sendStatus(ctx); err != nil {
 				return err
 			}
 			sent, next = time.Now(), time.Now().Add(r.cfg.StatusInterval)
-		case r.commitSeen.Swap(false):
-			// A table committed: the slot may let its WAL go now, not at
-			// the next interval.
-			if err := r.sendStatus(ctx); err != nil {
-				return err
-			}
-			sent = time.Now()
 		}
 		select {
 		case <-r.stopped:
@@ -357,7 +349,16 @@ func (r *Replication) Run(ctx context.Context) (err error) {
 			if ctx.Err() != nil {
 				return nil
 			}
-			if pgconn.Timeout(err) || errors.Is(context.Cause(rctx), errWake) {
+			if errors.Is(context.Cause(rctx), errWake) {
+				// A table committed: the slot may let its WAL go now, not
+				// at the next interval.
+				if err := r.sendStatus(ctx); err != nil {
+					return err
+				}
+				sent = time.Now()
+				continue
+			}
+			if pgconn.Timeout(err) {
 				continue
 			}
 			return fmt.Errorf("reading the replication stream: %w", err)

@@ -223,9 +223,9 @@ func runRound(ctx context.Context, rc RunConfig, failed map[TableName]error, tru
 	defer cancelStream()
 	streamErr := make(chan error, 1)
 	go func() { streamErr <- r.Run(streamCtx) }()
-	// Tables joining the publication end the round.
+	// Tables joining the publication end the round. The watcher alone
+	// touches these (and rc.Source.skip) until watched is closed.
 	var (
-		joinedMu  sync.Mutex
 		joined    bool
 		refused   = map[TableName]error{}
 		recovered = map[TableName]bool{}
@@ -253,7 +253,6 @@ func runRound(ctx context.Context, rc RunConfig, failed map[TableName]error, tru
 				}
 				continue
 			}
-			joinedMu.Lock()
 			for n, err := range news {
 				switch {
 				case err != nil && !rc.Source.skip[n]:
@@ -270,9 +269,7 @@ func runRound(ctx context.Context, rc RunConfig, failed map[TableName]error, tru
 					log.Info("a table joined the publication: every table commits what it read, and the next round reads it in a snapshot of its own, then streams it too", "source", n.String())
 				}
 			}
-			stop := joined
-			joinedMu.Unlock()
-			if stop {
+			if joined {
 				r.Stop()
 				return
 			}

@@ -237,7 +237,6 @@ func (s *Source) Committed(_ context.Context, offsets map[string]string) error {
 			return fmt.Errorf("table %s: committed %s %q: %w", s.t.name, PropLSN, v, err)
 		}
 		s.committed.Store(uint64(lsn))
-		s.r.commitSeen.Store(true)
 		select {
 		case s.r.commitWake <- struct{}{}:
 		default:
